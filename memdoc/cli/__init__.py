@@ -1,0 +1,1 @@
+"""The command line: one module per command, wired by `memdoc.cli.main`."""

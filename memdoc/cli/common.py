@@ -1,0 +1,69 @@
+"""What every command shares: the `Command` protocol and output helpers."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Protocol
+
+from memdoc.errors import MemdocError, OutputExistsError
+
+
+class Command(Protocol):
+    """A subcommand module: `NAME`, `HELP`, `add_arguments(parser)`, `run(args) -> int`."""
+
+    NAME: str
+    HELP: str
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+def check_output_path(path: str | os.PathLike[str], *, force: bool) -> Path:
+    """Refuse to overwrite without --force, and fail early on an unwritable folder."""
+    out = Path(path)
+    if out.exists() and not force:
+        raise OutputExistsError(str(out))
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise MemdocError(f"cannot write {out}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise MemdocError(f"cannot write {out}: folder {parent} is not writable")
+    return out
+
+
+def write_atomically(path: Path, data: str | bytes) -> None:
+    """Write to a temporary file beside `path`, then rename: never a partial output."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        if isinstance(data, str):
+            tmp.write_text(data, encoding="utf-8")
+        else:
+            tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise MemdocError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def warn(message: str) -> None:
+    print(f"memdoc: warning: {message}", file=sys.stderr)
+
+
+def read_text_input(source: str | None) -> str:
+    """Read a file, or stdin for '-' or None. Undecodable bytes are replaced, not fatal."""
+    try:
+        if source in (None, "-"):
+            data = sys.stdin.buffer.read()
+        else:
+            data = Path(source).read_bytes()
+    except FileNotFoundError:
+        raise MemdocError(f"{source}: no such file") from None
+    except IsADirectoryError:
+        raise MemdocError(f"{source}: is a folder") from None
+    except OSError as exc:
+        raise MemdocError(f"{source}: cannot read it ({exc.strerror or exc})") from None
+    return data.decode("utf-8", errors="replace")

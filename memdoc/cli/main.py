@@ -1,0 +1,80 @@
+"""`memdoc` entry point: parse the command line, run one command, map errors to exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from memdoc import __version__
+from memdoc.cli.common import Command
+from memdoc.errors import MemdocError
+
+# One module per command, in the order `memdoc --help` lists them.
+COMMAND_MODULES = (
+    "run",
+    "explain",
+    "diagnose",
+    "report",
+    "live",
+    "top",
+    "import_",
+    "rules",
+    "info",
+)
+
+
+def _commands() -> list[Command]:
+    commands: list[Command] = []
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"memdoc.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"memdoc.cli.{name}":
+                continue  # a command not built yet
+            raise
+        commands.append(module)  # type: ignore[arg-type]
+    return commands
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
+    parser = argparse.ArgumentParser(
+        prog="memdoc",
+        description="GPU memory and OOM diagnostics for PyTorch, TensorFlow/Keras and JAX.",
+    )
+    parser.add_argument("--version", action="version", version=f"memdoc {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    by_name: dict[str, Command] = {}
+    for command in _commands():
+        sub_parser = sub.add_parser(command.NAME, help=command.HELP, description=command.HELP)
+        command.add_arguments(sub_parser)
+        by_name[command.NAME] = command
+    return parser, by_name
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser, commands = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return commands[args.command].run(args)
+    except MemdocError as exc:
+        print(f"memdoc: error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"memdoc: hint: {exc.hint}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

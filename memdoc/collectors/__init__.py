@@ -1,0 +1,1 @@
+"""Collectors: one module per backend, each behind a cheap availability probe."""

@@ -1,0 +1,54 @@
+"""The seams every collector plugs into: the `Collector` and `Sink` protocols."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from memdoc.trace.model import CollectorStatus, DeviceInfo, Event, ProcessInfo, SeriesKey
+
+Values = dict[SeriesKey, int | float]
+
+
+class Sink(Protocol):
+    """Where samples and events go: the trace writer, or the channel to the parent."""
+
+    def samples(self, unix_t: float, values: Mapping[SeriesKey, int | float]) -> None: ...
+
+    def event(self, event: Event) -> None:
+        """Record an event; `event.t` is absolute (`time.time()`)."""
+
+    def device(self, device: DeviceInfo) -> None: ...
+
+    def process(self, process: ProcessInfo) -> None: ...
+
+    def collector(self, status: CollectorStatus) -> None: ...
+
+
+class Collector(Protocol):
+    """Reads one backend. `probe` is cheap and says whether `sample` can work here.
+
+    `start` is called once after a successful probe, with the sink for devices, processes
+    and events the collector discovers; `sample` returns the values of one tick and must
+    not block for long (a slow part keeps its own slower cadence inside). `close` releases
+    what `start` took. A collector never raises out of `sample`: it returns what it has.
+    """
+
+    name: str
+
+    def probe(self) -> CollectorStatus: ...
+
+    def start(self, sink: Sink) -> None: ...
+
+    def sample(self, unix_t: float) -> Values: ...
+
+    def close(self) -> None: ...
+
+
+class CollectorFailed(Exception):
+    """Raised by `sample` when the backend broke for good; the session drops the collector."""
+
+    def __init__(self, reason: str, hint: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.hint = hint

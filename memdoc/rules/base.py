@@ -1,0 +1,84 @@
+"""The rule seam: `Rule`, `Finding`, `Evidence`, `Fix`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from memdoc.trace.reader import Trace
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One fact behind a finding, as a number with its unit where it has one.
+
+    `text` is what a person reads ("reserved but unallocated: 40.7 GiB, 3.4x the request");
+    `value` and `unit` ("bytes", "s", "ratio", "count") let tools use the number.
+    """
+
+    text: str
+    value: float | None = None
+    unit: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"text": self.text}
+        if self.value is not None:
+            out["value"] = self.value
+        if self.unit is not None:
+            out["unit"] = self.unit
+        return out
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A change to make, as code the user can paste, for one framework ("any" for all)."""
+
+    framework: str
+    title: str
+    code: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"framework": self.framework, "title": self.title, "code": self.code}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A root cause the trace points at, how sure we are, why, and what to change."""
+
+    rule: str  # slug, e.g. "fragmentation"
+    code: str  # short code, e.g. "MD001"
+    title: str
+    confidence: float  # in [0, 1]
+    summary: str  # one sentence for this run
+    evidence: tuple[Evidence, ...] = ()
+    fixes: tuple[Fix, ...] = ()
+    to_confirm: str | None = None  # what to record to be sure, when the evidence is weak
+    rank: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "rule": self.rule,
+            "code": self.code,
+            "title": self.title,
+            "confidence": round(self.confidence, 2),
+            "summary": self.summary,
+            "evidence": [e.to_dict() for e in self.evidence],
+            "fixes": [f.to_dict() for f in self.fixes],
+        }
+        if self.to_confirm:
+            out["to_confirm"] = self.to_confirm
+        if self.rank is not None:
+            out["rank"] = self.rank
+        return out
+
+
+class Rule(Protocol):
+    """One documented root cause. `check` works on a full trace and on a text-only one."""
+
+    slug: str
+    code: str
+    title: str
+    doc: str  # Markdown with the fixed sections: What it is / Why it happens / How to confirm / Fixes / References
+
+    def check(self, trace: Trace) -> Finding | None: ...

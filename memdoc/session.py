@@ -1,0 +1,206 @@
+"""A sampling session: runs collectors on a thread and records steps, marks and exceptions."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+from memdoc.collectors.base import Collector, CollectorFailed, Sink, Values
+from memdoc.trace.model import CollectorStatus, Event, EventKind
+
+DEFAULT_INTERVAL_S = 0.1
+MAX_MESSAGE_CHARS = 20_000
+MAX_STACK_FRAMES = 40
+
+
+class Session:
+    """Samples every collector each `interval_s` on a daemon thread and writes to `sink`.
+
+    A collector that fails is dropped with a note; the session and the program go on.
+    """
+
+    def __init__(
+        self,
+        sink: Sink,
+        collectors: Sequence[Collector] = (),
+        *,
+        interval_s: float = DEFAULT_INTERVAL_S,
+    ) -> None:
+        if not interval_s > 0:
+            raise ValueError("interval_s must be positive")
+        self.sink = sink
+        self.interval_s = interval_s
+        self.pid = os.getpid()
+        self._pending = list(collectors)
+        self._active: list[Collector] = []
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._step = 0
+        self._step_callbacks: list[Any] = []
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> Session:
+        for collector in self._pending:
+            self.add_collector(collector)
+        self._pending.clear()
+        self._thread = threading.Thread(target=self._loop, name="memdoc-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Take a last sample and close the collectors. Safe to call twice."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=max(2.0, 3 * self.interval_s))
+        self.tick()
+        with self._lock:
+            for collector in self._active:
+                try:
+                    collector.close()
+                except Exception:  # noqa: BLE001 - closing must never fail the program
+                    pass
+            self._active.clear()
+
+    def add_collector(self, collector: Collector) -> bool:
+        """Probe and start a collector; record why when it cannot work. True if it runs."""
+        try:
+            status = collector.probe()
+        except Exception as exc:  # noqa: BLE001 - a probe bug is "unavailable", not a crash
+            status = CollectorStatus(name=collector.name, available=False, reason=repr(exc))
+        status = _stamped(status, self.pid)
+        self.sink.collector(status)
+        if not status.available:
+            return False
+        try:
+            collector.start(self.sink)
+        except Exception as exc:  # noqa: BLE001
+            self.sink.collector(_stamped(_failed(collector.name, repr(exc)), self.pid))
+            return False
+        with self._lock:
+            self._active.append(collector)
+        return True
+
+    def active_collectors(self) -> list[str]:
+        with self._lock:
+            return [c.name for c in self._active]
+
+    # -- sampling -------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.tick()
+
+    def tick(self) -> None:
+        """Sample every active collector once, now."""
+        now = time.time()
+        merged: Values = {}
+        with self._lock:
+            for collector in list(self._active):
+                try:
+                    merged.update(collector.sample(now))
+                except CollectorFailed as exc:
+                    self._drop(collector, exc.reason, exc.hint)
+                except Exception as exc:  # noqa: BLE001 - never let a collector kill the session
+                    self._drop(collector, f"stopped after an error: {exc!r}", None)
+            if merged:
+                self.sink.samples(now, merged)
+
+    def _drop(self, collector: Collector, reason: str, hint: str | None) -> None:
+        self._active.remove(collector)
+        status = CollectorStatus(
+            name=collector.name, available=False, reason=reason, hint=hint, t=time.time()
+        )
+        self.sink.collector(_stamped(status, self.pid))
+        try:
+            collector.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    # -- events ---------------------------------------------------------------------------
+
+    def emit(self, kind: str, data: Mapping[str, Any] | None = None) -> None:
+        self.sink.event(Event(t=time.time(), kind=kind, pid=self.pid, data=dict(data or {})))
+
+    def step(self, source: str = "user", **data: Any) -> int:
+        """Record a step boundary, with a sample right after it (the step's baseline)."""
+        with self._lock:
+            self._step += 1
+            number = self._step
+        self.emit(EventKind.STEP, {"step": number, "source": source, **data})
+        self.tick()
+        return number
+
+    def mark(self, label: str, **data: Any) -> None:
+        self.emit(EventKind.MARK, {"label": str(label)[:200], **data})
+
+    def record_exception(
+        self,
+        exc: BaseException,
+        tb: TracebackType | None = None,
+        *,
+        where: str = "uncaught",
+    ) -> None:
+        """Record an exception; a memory error also becomes an OOM event with parsed fields."""
+        self.sink.event(exception_event(exc, tb, pid=self.pid, where=where))
+        oom = memory_error_event(exc, pid=self.pid)
+        if oom is not None:
+            self.sink.event(oom)
+
+
+def exception_event(
+    exc: BaseException, tb: TracebackType | None, *, pid: int, where: str
+) -> Event:
+    frames = traceback.extract_tb(tb if tb is not None else exc.__traceback__)
+    stack = [f"{f.filename}:{f.lineno}:{f.name}" for f in frames][-MAX_STACK_FRAMES:]
+    return Event(
+        t=time.time(),
+        kind=EventKind.EXCEPTION,
+        pid=pid,
+        data={
+            "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+            "message": str(exc)[:MAX_MESSAGE_CHARS],
+            "stack": stack,
+            "where": where,
+        },
+    )
+
+
+def memory_error_event(exc: BaseException, *, pid: int) -> Event | None:
+    """An OOM event when the exception is a memory error (by type or by its text)."""
+    from memdoc.oom import parse_text
+
+    text = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}"
+    oom = parse_text(text[:MAX_MESSAGE_CHARS])
+    if oom is None and isinstance(exc, MemoryError):
+        from memdoc.trace.model import OomInfo
+
+        oom = OomInfo(framework="host", kind="host-alloc", message=text[:2000])
+    if oom is None:
+        return None
+    frames = traceback.extract_tb(exc.__traceback__)
+    stack = [f"{f.filename}:{f.lineno}:{f.name}" for f in frames][-MAX_STACK_FRAMES:]
+    return Event(t=time.time(), kind=EventKind.OOM, pid=pid, data={"oom": oom.to_dict(), "stack": stack})
+
+
+def _stamped(status: CollectorStatus, pid: int) -> CollectorStatus:
+    return CollectorStatus(
+        name=status.name,
+        available=status.available,
+        t=status.t or time.time(),
+        pid=status.pid if status.pid is not None else pid,
+        reason=status.reason,
+        hint=status.hint,
+        version=status.version,
+    )
+
+
+def _failed(name: str, reason: str) -> CollectorStatus:
+    return CollectorStatus(name=name, available=False, reason=reason)

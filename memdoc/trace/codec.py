@@ -1,0 +1,162 @@
+"""Encode and decode trace records: one JSON value per line, the one place that knows the format."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, fields
+from typing import Any
+
+from memdoc.trace.model import (
+    FORMAT_NAME,
+    CollectorStatus,
+    DeviceInfo,
+    Event,
+    ExitInfo,
+    Header,
+    ProcessInfo,
+    SeriesKey,
+)
+
+# Record tags. Sample rows are JSON arrays `[t, sid, value, sid, value, ...]`;
+# every other record is an object with a "type".
+T_HEADER = "header"
+T_SERIES = "series"
+T_EVENT = "event"
+T_DEVICE = "device"
+T_PROCESS = "process"
+T_COLLECTOR = "collector"
+T_END = "end"
+
+_DUMPS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON; NaN and infinities are a bug upstream, so they raise."""
+    return _DUMPS(value)
+
+
+def round_t(t: float) -> float:
+    """Times are stored to the millisecond: finer is noise for memory sampling."""
+    return round(t, 3)
+
+
+def encode_header(header: Header) -> str:
+    data = asdict(header)
+    data["command"] = list(header.command)
+    data["env"] = dict(header.env)
+    return dumps({"type": T_HEADER, "format": FORMAT_NAME, **data})
+
+
+def encode_series(series_id: int, key: SeriesKey) -> str:
+    record: dict[str, Any] = {"type": T_SERIES, "id": series_id, "metric": key.metric}
+    if key.device is not None:
+        record["device"] = key.device
+    if key.pid is not None:
+        record["pid"] = key.pid
+    return dumps(record)
+
+
+def encode_samples(t: float, pairs: list[tuple[int, int | float]]) -> str:
+    row: list[int | float] = [round_t(t)]
+    for series_id, value in pairs:
+        row.append(series_id)
+        row.append(value)
+    return dumps(row)
+
+
+def encode_event(event: Event) -> str:
+    record: dict[str, Any] = {"type": T_EVENT, "t": round_t(event.t), "kind": event.kind}
+    if event.pid is not None:
+        record["pid"] = event.pid
+    if event.data:
+        record["data"] = dict(event.data)
+    return dumps(record)
+
+
+def encode_device(device: DeviceInfo) -> str:
+    return dumps({"type": T_DEVICE, **_known(asdict(device))})
+
+
+def encode_process(process: ProcessInfo) -> str:
+    data = asdict(process)
+    data["command"] = list(process.command)
+    data["t"] = round_t(process.t)
+    return dumps({"type": T_PROCESS, **_known(data)})
+
+
+def encode_collector(status: CollectorStatus) -> str:
+    return dumps({"type": T_COLLECTOR, **_known(asdict(status))})
+
+
+def encode_end(end: ExitInfo) -> str:
+    return dumps({"type": T_END, **_known(asdict(end))})
+
+
+def _known(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def _build(cls: type[Any], record: Mapping[str, Any]) -> Any:
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in record.items() if k in names})
+
+
+def decode_header(record: Mapping[str, Any]) -> Header:
+    header: Header = _build(Header, record)
+    env = record.get("env")
+    return Header(
+        **{
+            **{f.name: getattr(header, f.name) for f in fields(Header)},
+            "command": tuple(str(c) for c in record.get("command") or ()),
+            "env": {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {},
+        }
+    )
+
+
+def decode_series(record: Mapping[str, Any]) -> tuple[int, SeriesKey]:
+    device = record.get("device")
+    pid = record.get("pid")
+    return int(record["id"]), SeriesKey(
+        metric=str(record["metric"]),
+        device=int(device) if device is not None else None,
+        pid=int(pid) if pid is not None else None,
+    )
+
+
+def decode_event(record: Mapping[str, Any]) -> Event:
+    data = record.get("data")
+    pid = record.get("pid")
+    return Event(
+        t=float(record["t"]),
+        kind=str(record["kind"]),
+        pid=int(pid) if pid is not None else None,
+        data=data if isinstance(data, dict) else {},
+    )
+
+
+def decode_device(record: Mapping[str, Any]) -> DeviceInfo:
+    device: DeviceInfo = _build(DeviceInfo, record)
+    return device
+
+
+def decode_process(record: Mapping[str, Any]) -> ProcessInfo:
+    process: ProcessInfo = _build(ProcessInfo, record)
+    return ProcessInfo(
+        pid=int(process.pid),
+        t=float(process.t),
+        ppid=process.ppid,
+        command=tuple(str(c) for c in record.get("command") or ()),
+        ours=bool(process.ours),
+        user=process.user,
+    )
+
+
+def decode_collector(record: Mapping[str, Any]) -> CollectorStatus:
+    status: CollectorStatus = _build(CollectorStatus, record)
+    return status
+
+
+def decode_end(record: Mapping[str, Any]) -> ExitInfo:
+    end: ExitInfo = _build(ExitInfo, record)
+    return end

@@ -1,0 +1,496 @@
+"""Read traces back: salvage damaged files, and answer questions with intention-named queries."""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import json
+import os
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from memdoc.errors import TraceError
+from memdoc.trace import codec
+from memdoc.trace.model import (
+    FORMAT_NAME,
+    FRAMEWORK_PREFIXES,
+    SCHEMA_VERSION,
+    CollectorStatus,
+    DeviceInfo,
+    Event,
+    EventKind,
+    ExitInfo,
+    Header,
+    Metric,
+    OomInfo,
+    ProcessInfo,
+    SeriesKey,
+    framework_metric,
+)
+
+_GZIP_MAGIC = b"\x1f\x8b"
+# A line this long is damage, not data: the writer never produces one.
+MAX_LINE_BYTES = 16 * 1024 * 1024
+
+
+@dataclass
+class Series:
+    """One series: times (seconds since start) and values, in time order."""
+
+    key: SeriesKey
+    times: array[float] = field(default_factory=lambda: array("d"))
+    values: array[float] = field(default_factory=lambda: array("d"))
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def max(self) -> tuple[float, float] | None:
+        """(t, value) of the highest value; None when empty."""
+        if not self.values:
+            return None
+        best = max(range(len(self.values)), key=self.values.__getitem__)
+        return self.times[best], self.values[best]
+
+    def last(self) -> tuple[float, float] | None:
+        if not self.values:
+            return None
+        return self.times[-1], self.values[-1]
+
+    def at(self, t: float) -> float | None:
+        """The last value recorded at or before `t`."""
+        i = bisect.bisect_right(self.times, t)
+        return self.values[i - 1] if i else None
+
+    def window(self, t0: float, t1: float) -> tuple[Sequence[float], Sequence[float]]:
+        """Times and values with t0 <= t <= t1."""
+        i = bisect.bisect_left(self.times, t0)
+        j = bisect.bisect_right(self.times, t1)
+        return self.times[i:j], self.values[i:j]
+
+    def max_between(self, t0: float, t1: float) -> float | None:
+        _, values = self.window(t0, t1)
+        return max(values) if values else None
+
+
+@dataclass(frozen=True)
+class StepStat:
+    """Memory over one step: the value right after it and the highest value inside it."""
+
+    step: int
+    t_start: float
+    t_end: float
+    baseline: float | None
+    peak: float | None
+
+
+class Trace:
+    """A loaded trace. Build it with `load_trace`, or `Trace.from_oom` for an error text alone."""
+
+    def __init__(self, header: Header, path: Path | None = None) -> None:
+        self.header = header
+        self.path = path
+        self.warnings: list[str] = []
+        self.devices_by_index: dict[int, DeviceInfo] = {}
+        self._series: dict[SeriesKey, Series] = {}
+        self._events: list[Event] = []
+        self._processes: dict[int, ProcessInfo] = {}
+        self._collectors: list[CollectorStatus] = []
+        self.exit: ExitInfo | None = None
+        self.values_read = 0
+        self.last_t = 0.0
+
+    # -- construction ---------------------------------------------------------------------
+
+    @classmethod
+    def from_oom(cls, oom: OomInfo) -> Trace:
+        """A trace that holds only a parsed error text: what `memdoc explain` diagnoses."""
+        header = Header(version=SCHEMA_VERSION, created_unix=0.0, memdoc_version="", mode="text")
+        trace = cls(header)
+        trace.add_event(Event(t=0.0, kind=EventKind.OOM, data={"oom": oom.to_dict()}))
+        return trace
+
+    def add_event(self, event: Event) -> None:
+        self._events.append(event)
+        self.last_t = max(self.last_t, event.t)
+
+    def add_values(self, t: float, pairs: Iterable[tuple[SeriesKey, float]]) -> None:
+        for key, value in pairs:
+            series = self._series.get(key)
+            if series is None:
+                series = self._series[key] = Series(key)
+            series.times.append(t)
+            series.values.append(value)
+            self.values_read += 1
+        self.last_t = max(self.last_t, t)
+
+    def add_device(self, device: DeviceInfo) -> None:
+        self.devices_by_index[device.index] = device
+
+    def add_process(self, process: ProcessInfo) -> None:
+        self._processes[process.pid] = process
+
+    def add_collector(self, status: CollectorStatus) -> None:
+        self._collectors.append(status)
+
+    # -- what the run was -----------------------------------------------------------------
+
+    @property
+    def is_text_only(self) -> bool:
+        """True when the trace came from an error text, with no recorded samples."""
+        return self.header.mode == "text"
+
+    @property
+    def complete(self) -> bool:
+        """True when the writer closed the trace (an end record is present)."""
+        return self.exit is not None
+
+    @property
+    def duration_s(self) -> float:
+        return self.exit.t if self.exit is not None else self.last_t
+
+    @property
+    def rank(self) -> int | None:
+        return self.header.rank
+
+    def devices(self) -> list[DeviceInfo]:
+        """Devices the driver reported, plus any that only framework series name."""
+        known = dict(self.devices_by_index)
+        for key in self._series:
+            if key.device is not None and key.device not in known:
+                known[key.device] = DeviceInfo(index=key.device, name=f"device {key.device}")
+        return [known[i] for i in sorted(known)]
+
+    def device_total_bytes(self, device: int) -> int | None:
+        info = self.devices_by_index.get(device)
+        if info is not None and info.total_bytes:
+            return info.total_bytes
+        total = self.series(Metric.GPU_TOTAL, device=device)
+        last = total.last() if total is not None else None
+        return int(last[1]) if last is not None else None
+
+    def processes(self, *, ours: bool | None = None) -> list[ProcessInfo]:
+        procs = list(self._processes.values())
+        if ours is not None:
+            procs = [p for p in procs if p.ours == ours]
+        return sorted(procs, key=lambda p: p.t)
+
+    def our_pids(self) -> set[int]:
+        return {p.pid for p in self._processes.values() if p.ours}
+
+    def collectors(self) -> list[CollectorStatus]:
+        return list(self._collectors)
+
+    def unavailable_collectors(self) -> list[CollectorStatus]:
+        """Collectors that said they cannot work here (the last word per name and pid)."""
+        last: dict[tuple[str, int | None], CollectorStatus] = {}
+        for status in self._collectors:
+            last[(status.name, status.pid)] = status
+        return [s for s in last.values() if not s.available]
+
+    def frameworks(self) -> list[str]:
+        """Frameworks the program imported, in order of appearance."""
+        seen: list[str] = []
+        for event in self.events(EventKind.FRAMEWORK):
+            name = str(event.data.get("name", ""))
+            if name and name not in seen:
+                seen.append(name)
+        for key in self._series:
+            for framework, prefix in FRAMEWORK_PREFIXES.items():
+                if key.metric.startswith(prefix + ".") and framework not in seen:
+                    seen.append(framework)
+        return seen
+
+    # -- series ---------------------------------------------------------------------------
+
+    def series_keys(self) -> list[SeriesKey]:
+        return list(self._series)
+
+    def series(self, metric: str, device: int | None = None, pid: int | None = None) -> Series | None:
+        return self._series.get(SeriesKey(metric, device, pid))
+
+    def series_for(self, metric: str, *, device: int | None = None) -> list[Series]:
+        """Every series of a metric on a device, whatever the pid (one per process)."""
+        return [s for k, s in self._series.items() if k.metric == metric and k.device == device]
+
+    def framework_series(self, quantity: str, device: int | None) -> dict[str, Series]:
+        """{framework: series} for a quantity such as Metric.ALLOCATED, summed over pids."""
+        out: dict[str, Series] = {}
+        for framework in FRAMEWORK_PREFIXES:
+            found = self.series_for(framework_metric(framework, quantity), device=device)
+            if found:
+                out[framework] = found[0] if len(found) == 1 else sum_series(found)
+        return out
+
+    def peak(self, metric: str, device: int | None = None, pid: int | None = None) -> tuple[float, float] | None:
+        """(t, bytes) of the highest value, counting interval peaks recorded beside the value."""
+        candidates = []
+        for name in (metric, _peak_name(metric)):
+            series = self.series(name, device, pid)
+            if series is not None and (best := series.max()) is not None:
+                candidates.append(best)
+        return max(candidates, key=lambda tv: tv[1]) if candidates else None
+
+    def per_step(self, metric: str, device: int | None = None, pid: int | None = None) -> list[StepStat]:
+        """Baseline (value after the step) and in-step peak, for each step event."""
+        series = self.series(metric, device, pid)
+        peaks = self.series(_peak_name(metric), device, pid)
+        steps = self.steps()
+        out: list[StepStat] = []
+        t_prev = 0.0
+        for event in steps:
+            baseline = None
+            peak_values: list[float] = []
+            if series is not None:
+                baseline = series.at(event.t + 1e-9)
+                if (m := series.max_between(t_prev, event.t)) is not None:
+                    peak_values.append(m)
+            if peaks is not None and (m := peaks.max_between(t_prev, event.t)) is not None:
+                peak_values.append(m)
+            number = event.data.get("step")
+            out.append(
+                StepStat(
+                    step=int(number) if isinstance(number, int) else len(out) + 1,
+                    t_start=t_prev,
+                    t_end=event.t,
+                    baseline=baseline,
+                    peak=max(peak_values) if peak_values else None,
+                )
+            )
+            t_prev = event.t
+        return out
+
+    # -- events ---------------------------------------------------------------------------
+
+    def events(self, kind: str | None = None) -> list[Event]:
+        if kind is None:
+            return list(self._events)
+        return [e for e in self._events if e.kind == kind]
+
+    def steps(self) -> list[Event]:
+        """Step boundaries. When several processes report steps, the first reporter's count."""
+        steps = self.events(EventKind.STEP)
+        pids = {e.pid for e in steps}
+        if len(pids) > 1:
+            first = steps[0].pid
+            steps = [e for e in steps if e.pid == first]
+        return steps
+
+    def marks(self) -> list[Event]:
+        return self.events(EventKind.MARK)
+
+    def oom_events(self) -> list[Event]:
+        return self.events(EventKind.OOM)
+
+    def ooms(self) -> list[OomInfo]:
+        return [oom for e in self.oom_events() if (oom := oom_of(e)) is not None]
+
+    def ending_oom(self) -> OomInfo | None:
+        """The OOM that ended the run, else the first one recorded, else None."""
+        events = self.oom_events()
+        if not events:
+            return None
+        chosen = events[0]
+        if self.exit is not None and self.exit.status not in (0, None):
+            chosen = events[-1]
+        return oom_of(chosen)
+
+
+def _peak_name(metric: str) -> str:
+    if metric.endswith("." + Metric.ALLOCATED):
+        return metric[: -len(Metric.ALLOCATED)] + Metric.ALLOCATED_PEAK
+    if metric.endswith("." + Metric.RESERVED):
+        return metric[: -len(Metric.RESERVED)] + Metric.RESERVED_PEAK
+    return metric + "_peak"
+
+
+def sum_series(parts: Sequence[Series]) -> Series:
+    """Sum series sampled at different instants (each holds its last value)."""
+    times = sorted({t for s in parts for t in s.times})
+    total = Series(SeriesKey(parts[0].key.metric, parts[0].key.device, None))
+    for t in times:
+        values = [v for s in parts if (v := s.at(t)) is not None]
+        total.times.append(t)
+        total.values.append(sum(values))
+    return total
+
+
+def oom_of(event: Event) -> OomInfo | None:
+    data = event.data.get("oom")
+    if not isinstance(data, dict):
+        return None
+    try:
+        return OomInfo.from_dict(data)
+    except (TypeError, ValueError):
+        return None
+
+
+# -- loading ------------------------------------------------------------------------------
+
+
+def _open(path: Path) -> IO[bytes]:
+    try:
+        raw = open(path, "rb")  # noqa: SIM115 - returned to the caller
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise TraceError(f"{path}: is a folder, not a trace") from None
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    if raw.read(2) == _GZIP_MAGIC:
+        raw.close()
+        return gzip.open(path, "rb")
+    raw.seek(0)
+    return raw
+
+
+def _lines(stream: IO[bytes]) -> Iterator[bytes]:
+    try:
+        while True:
+            line = stream.readline(MAX_LINE_BYTES + 1)
+            if not line:
+                return
+            yield line
+    except (OSError, EOFError, gzip.BadGzipFile):
+        # A truncated gzip stream: what was decoded so far is the salvage.
+        return
+
+
+def looks_like_trace(path: str | os.PathLike[str]) -> bool:
+    """True when the file starts with a memdoc trace header (cheap: reads one line)."""
+    try:
+        with _open(Path(path)) as stream:
+            first = stream.readline(MAX_LINE_BYTES)
+        record = json.loads(first)
+    except (TraceError, OSError, ValueError, EOFError, gzip.BadGzipFile):
+        return False
+    return isinstance(record, dict) and record.get("format") == FORMAT_NAME
+
+
+def load_trace(path: str | os.PathLike[str]) -> Trace:
+    """Load a trace, salvaging what precedes any damage.
+
+    Raises:
+        TraceError: the file is missing, empty, not a memdoc trace, or of a newer version.
+    """
+    path = Path(path)
+    with _open(path) as stream:
+        return _parse(path, _lines(stream))
+
+
+def load_trace_lines(lines: Iterable[bytes], path: Path | None = None) -> Trace:
+    """Load a trace from lines already in memory (tests, streams)."""
+    return _parse(path or Path("<memory>"), iter(lines))
+
+
+def _parse_header(path: Path, first: bytes | None) -> Header:
+    if not first:
+        raise TraceError(f"{path}: empty file, not a memdoc trace")
+    try:
+        record = json.loads(first)
+    except ValueError:
+        raise TraceError(f"{path}: not a memdoc trace (no trace header)") from None
+    if not isinstance(record, dict) or record.get("format") != FORMAT_NAME:
+        raise TraceError(f"{path}: not a memdoc trace (no trace header)")
+    version = record.get("version")
+    if not isinstance(version, int):
+        raise TraceError(f"{path}: damaged trace header (no version)")
+    if version > SCHEMA_VERSION:
+        raise TraceError(
+            f"{path}: trace format version {version} is newer than this memdoc reads "
+            f"({SCHEMA_VERSION})",
+            hint="upgrade memdoc: pip install -U memdoc",
+        )
+    try:
+        return codec.decode_header(record)
+    except (TypeError, ValueError, KeyError):
+        raise TraceError(f"{path}: damaged trace header") from None
+
+
+def _parse(path: Path, lines: Iterator[bytes]) -> Trace:
+    header = _parse_header(path, next(lines, None))
+    trace = Trace(header, path)
+    ids: dict[int, SeriesKey] = {}
+    bad = 0
+    line_no = 1
+    last_bad = 0
+    for raw in lines:
+        line_no += 1
+        try:
+            _apply(trace, ids, json.loads(raw))
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            bad += 1
+            last_bad = line_no
+    if bad:
+        where = "its last line" if bad == 1 and last_bad == line_no else f"{bad} damaged lines"
+        trace.warnings.append(
+            f"{path}: skipped {where} (a write cut short, or damage); the rest was read"
+        )
+    return trace
+
+
+def _apply(trace: Trace, ids: dict[int, SeriesKey], record: Any) -> None:
+    if isinstance(record, list):
+        t = float(record[0])
+        pairs = []
+        for i in range(1, len(record) - 1, 2):
+            value = record[i + 1]
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                pairs.append((ids[int(record[i])], float(value)))
+        trace.add_values(t, pairs)
+        return
+    kind = record["type"]
+    if kind == codec.T_SERIES:
+        sid, key = codec.decode_series(record)
+        ids[sid] = key
+    elif kind == codec.T_EVENT:
+        trace.add_event(codec.decode_event(record))
+    elif kind == codec.T_DEVICE:
+        trace.add_device(codec.decode_device(record))
+    elif kind == codec.T_PROCESS:
+        trace.add_process(codec.decode_process(record))
+    elif kind == codec.T_COLLECTOR:
+        trace.add_collector(codec.decode_collector(record))
+    elif kind == codec.T_END:
+        trace.exit = codec.decode_end(record)
+    # Unknown record types from a newer writer of the same version are skipped on purpose.
+
+
+class Run:
+    """Several traces of one run (ranks, nodes) read as one."""
+
+    def __init__(self, traces: Sequence[Trace]) -> None:
+        if not traces:
+            raise TraceError("no traces given")
+        self.traces = list(traces)
+
+    @property
+    def primary(self) -> Trace:
+        """The trace that failed first, else the first given."""
+        failed = self.failed_first()
+        return failed if failed is not None else self.traces[0]
+
+    def failed_first(self) -> Trace | None:
+        """The trace whose OOM or non-zero exit came first in wall-clock time."""
+        best: tuple[float, Trace] | None = None
+        for trace in self.traces:
+            ends = [e.t for e in trace.oom_events()]
+            if trace.exit is not None and trace.exit.status not in (0, None):
+                ends.append(trace.exit.t)
+            if not ends:
+                continue
+            when = trace.header.created_unix + min(ends)
+            if best is None or when < best[0]:
+                best = (when, trace)
+        return best[1] if best else None
+
+    @property
+    def warnings(self) -> list[str]:
+        return [w for t in self.traces for w in t.warnings]
+
+
+def load_run(paths: Sequence[str | os.PathLike[str]]) -> Run:
+    """Load several traces as one run."""
+    return Run([load_trace(p) for p in paths])
