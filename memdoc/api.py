@@ -61,7 +61,7 @@ def default_trace_path(directory: str | os.PathLike[str] = ".") -> Path:
     return Path(directory) / f"memdoc-{stamp}-{os.getpid()}.memdoc"
 
 
-class watch:  # noqa: N801 - used like a function: `with memdoc.watch(): ...`
+class watch:
     """Record memory while a block (or a decorated function) runs.
 
         with memdoc.watch("run.memdoc") as w:
@@ -168,7 +168,7 @@ def _print_summary(path: Path) -> None:
         from memdoc.report.summary import print_end_of_run
 
         print_end_of_run([path], stream=sys.stderr)
-    except Exception as exc:  # noqa: BLE001 - the summary must never break the program
+    except Exception as exc:
         print(f"memdoc: trace written to {path} (no summary: {exc})", file=sys.stderr)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -11,7 +12,14 @@ from types import TracebackType
 from typing import Any
 
 from memdoc.collectors.base import Collector, CollectorFailed, Sink, Values
-from memdoc.trace.model import CollectorStatus, Event, EventKind
+from memdoc.trace.model import (
+    CollectorStatus,
+    DeviceInfo,
+    Event,
+    EventKind,
+    ProcessInfo,
+    SeriesKey,
+)
 
 DEFAULT_INTERVAL_S = 0.1
 MAX_MESSAGE_CHARS = 20_000
@@ -63,25 +71,23 @@ class Session:
         self.tick()
         with self._lock:
             for collector in self._active:
-                try:
+                with contextlib.suppress(Exception):
                     collector.close()
-                except Exception:  # noqa: BLE001 - closing must never fail the program
-                    pass
             self._active.clear()
 
     def add_collector(self, collector: Collector) -> bool:
         """Probe and start a collector; record why when it cannot work. True if it runs."""
         try:
             status = collector.probe()
-        except Exception as exc:  # noqa: BLE001 - a probe bug is "unavailable", not a crash
+        except Exception as exc:
             status = CollectorStatus(name=collector.name, available=False, reason=repr(exc))
         status = _stamped(status, self.pid)
         self.sink.collector(status)
         if not status.available:
             return False
         try:
-            collector.start(self.sink)
-        except Exception as exc:  # noqa: BLE001
+            collector.start(self)
+        except Exception as exc:
             self.sink.collector(_stamped(_failed(collector.name, repr(exc)), self.pid))
             return False
         with self._lock:
@@ -108,7 +114,7 @@ class Session:
                     merged.update(collector.sample(now))
                 except CollectorFailed as exc:
                     self._drop(collector, exc.reason, exc.hint)
-                except Exception as exc:  # noqa: BLE001 - never let a collector kill the session
+                except Exception as exc:
                     self._drop(collector, f"stopped after an error: {exc!r}", None)
             if merged:
                 self.sink.samples(now, merged)
@@ -119,10 +125,25 @@ class Session:
             name=collector.name, available=False, reason=reason, hint=hint, t=time.time()
         )
         self.sink.collector(_stamped(status, self.pid))
-        try:
+        with contextlib.suppress(Exception):
             collector.close()
-        except Exception:  # noqa: BLE001
-            pass
+
+    # -- the Sink protocol, so collectors can write through the session ---------------------
+
+    def samples(self, unix_t: float, values: Mapping[SeriesKey, int | float]) -> None:
+        self.sink.samples(unix_t, values)
+
+    def event(self, event: Event) -> None:
+        self.sink.event(event)
+
+    def device(self, device: DeviceInfo) -> None:
+        self.sink.device(device)
+
+    def process(self, process: ProcessInfo) -> None:
+        self.sink.process(process)
+
+    def collector(self, status: CollectorStatus) -> None:
+        self.sink.collector(_stamped(status, self.pid))
 
     # -- events ---------------------------------------------------------------------------
 
@@ -155,9 +176,7 @@ class Session:
             self.sink.event(oom)
 
 
-def exception_event(
-    exc: BaseException, tb: TracebackType | None, *, pid: int, where: str
-) -> Event:
+def exception_event(exc: BaseException, tb: TracebackType | None, *, pid: int, where: str) -> Event:
     frames = traceback.extract_tb(tb if tb is not None else exc.__traceback__)
     stack = [f"{f.filename}:{f.lineno}:{f.name}" for f in frames][-MAX_STACK_FRAMES:]
     return Event(
@@ -187,7 +206,9 @@ def memory_error_event(exc: BaseException, *, pid: int) -> Event | None:
         return None
     frames = traceback.extract_tb(exc.__traceback__)
     stack = [f"{f.filename}:{f.lineno}:{f.name}" for f in frames][-MAX_STACK_FRAMES:]
-    return Event(t=time.time(), kind=EventKind.OOM, pid=pid, data={"oom": oom.to_dict(), "stack": stack})
+    return Event(
+        t=time.time(), kind=EventKind.OOM, pid=pid, data={"oom": oom.to_dict(), "stack": stack}
+    )
 
 
 def _stamped(status: CollectorStatus, pid: int) -> CollectorStatus:

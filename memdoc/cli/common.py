@@ -56,10 +56,7 @@ def warn(message: str) -> None:
 def read_text_input(source: str | None) -> str:
     """Read a file, or stdin for '-' or None. Undecodable bytes are replaced, not fatal."""
     try:
-        if source in (None, "-"):
-            data = sys.stdin.buffer.read()
-        else:
-            data = Path(source).read_bytes()
+        data = sys.stdin.buffer.read() if source in (None, "-") else Path(source).read_bytes()
     except FileNotFoundError:
         raise MemdocError(f"{source}: no such file") from None
     except IsADirectoryError:

@@ -34,7 +34,7 @@ def _commands() -> list[Command]:
             if exc.name == f"memdoc.cli.{name}":
                 continue  # a command not built yet
             raise
-        commands.append(module)  # type: ignore[arg-type]
+        commands.append(module)
     return commands
 
 

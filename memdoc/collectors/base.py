@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
+from types import TracebackType
+from typing import Any, Protocol
 
 from memdoc.trace.model import CollectorStatus, DeviceInfo, Event, ProcessInfo, SeriesKey
 
@@ -25,20 +26,36 @@ class Sink(Protocol):
     def collector(self, status: CollectorStatus) -> None: ...
 
 
+class SessionHandle(Sink, Protocol):
+    """What a collector may call back into: the sink, plus step and exception recording.
+
+    Framework collectors use it to report steps from framework hooks (the PyTorch optimizer
+    step hook) and OOMs caught by allocator observers.
+    """
+
+    def step(self, source: str = "user", **data: Any) -> int: ...
+
+    def record_exception(
+        self, exc: BaseException, tb: TracebackType | None = None, *, where: str = "uncaught"
+    ) -> None: ...
+
+    def emit(self, kind: str, data: Mapping[str, Any] | None = None) -> None: ...
+
+
 class Collector(Protocol):
     """Reads one backend. `probe` is cheap and says whether `sample` can work here.
 
-    `start` is called once after a successful probe, with the sink for devices, processes
-    and events the collector discovers; `sample` returns the values of one tick and must
-    not block for long (a slow part keeps its own slower cadence inside). `close` releases
-    what `start` took. A collector never raises out of `sample`: it returns what it has.
+    `start` is called once after a successful probe, with the session handle for devices,
+    processes, steps and events the collector discovers; `sample` returns the values of
+    one tick and must not block for long (a slow part keeps its own slower cadence inside).
+    `close` releases what `start` took. A collector never raises out of `sample`: it returns what it has.
     """
 
     name: str
 
     def probe(self) -> CollectorStatus: ...
 
-    def start(self, sink: Sink) -> None: ...
+    def start(self, session: SessionHandle) -> None: ...
 
     def sample(self, unix_t: float) -> Values: ...
 

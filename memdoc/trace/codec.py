@@ -86,7 +86,9 @@ def encode_process(process: ProcessInfo) -> str:
 
 
 def encode_collector(status: CollectorStatus) -> str:
-    return dumps({"type": T_COLLECTOR, **_known(asdict(status))})
+    data = asdict(status)
+    data["t"] = round_t(status.t)
+    return dumps({"type": T_COLLECTOR, **_known(data)})
 
 
 def encode_end(end: ExitInfo) -> str:

@@ -13,7 +13,13 @@ SCHEMA_VERSION = 1
 ENV_ALLOWLIST_PREFIXES = (
     "PYTORCH_",
     "XLA_",
-    "TF_",
+    "TF_FORCE_GPU_ALLOW_GROWTH",
+    "TF_GPU_",
+    "TF_CPU_",
+    "TF_CPP_",
+    "TF_ENABLE_",
+    "TF_XLA_",
+    "TF_NUM_",
     "CUDA_",
     "NCCL_",
     "JAX_",
@@ -266,9 +272,10 @@ class OomInfo:
         """Inverse of `to_dict`; unknown keys are ignored (newer writers)."""
         known = {f.name for f in fields(cls)}
         kwargs: dict[str, Any] = {}
-        for name, value in data.items():
+        for name, raw in data.items():
             if name not in known:
                 continue
+            value: Any = raw
             if name == "processes":
                 value = tuple(
                     ProcessUsage(
@@ -276,12 +283,12 @@ class OomInfo:
                         used_bytes=p.get("used_bytes"),
                         this_process=bool(p.get("this_process", False)),
                     )
-                    for p in value
+                    for p in raw
                     if isinstance(p, Mapping)
                 )
-            elif name in ("shape",) and value is not None:
-                value = tuple(int(v) for v in value)
+            elif name == "shape" and raw is not None:
+                value = tuple(int(v) for v in raw)
             elif name in ("bfc_bins", "xla_buffers"):
-                value = tuple(tuple(v) for v in value)
+                value = tuple(tuple(v) for v in raw)
             kwargs[name] = value
         return cls(**kwargs)

@@ -208,7 +208,9 @@ class Trace:
     def series_keys(self) -> list[SeriesKey]:
         return list(self._series)
 
-    def series(self, metric: str, device: int | None = None, pid: int | None = None) -> Series | None:
+    def series(
+        self, metric: str, device: int | None = None, pid: int | None = None
+    ) -> Series | None:
         return self._series.get(SeriesKey(metric, device, pid))
 
     def series_for(self, metric: str, *, device: int | None = None) -> list[Series]:
@@ -224,7 +226,9 @@ class Trace:
                 out[framework] = found[0] if len(found) == 1 else sum_series(found)
         return out
 
-    def peak(self, metric: str, device: int | None = None, pid: int | None = None) -> tuple[float, float] | None:
+    def peak(
+        self, metric: str, device: int | None = None, pid: int | None = None
+    ) -> tuple[float, float] | None:
         """(t, bytes) of the highest value, counting interval peaks recorded beside the value."""
         candidates = []
         for name in (metric, _peak_name(metric)):
@@ -233,7 +237,9 @@ class Trace:
                 candidates.append(best)
         return max(candidates, key=lambda tv: tv[1]) if candidates else None
 
-    def per_step(self, metric: str, device: int | None = None, pid: int | None = None) -> list[StepStat]:
+    def per_step(
+        self, metric: str, device: int | None = None, pid: int | None = None
+    ) -> list[StepStat]:
         """Baseline (value after the step) and in-step peak, for each step event."""
         series = self.series(metric, device, pid)
         peaks = self.series(_peak_name(metric), device, pid)
@@ -341,7 +347,7 @@ def _open(path: Path) -> IO[bytes]:
         raise TraceError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     if raw.read(2) == _GZIP_MAGIC:
         raw.close()
-        return gzip.open(path, "rb")
+        return gzip.GzipFile(path, "rb")  # type: ignore[return-value]
     raw.seek(0)
     return raw
 
@@ -456,6 +462,26 @@ def _apply(trace: Trace, ids: dict[int, SeriesKey], record: Any) -> None:
     elif kind == codec.T_END:
         trace.exit = codec.decode_end(record)
     # Unknown record types from a newer writer of the same version are skipped on purpose.
+
+
+def parse_header_line(line: bytes, path: Path | None = None) -> Header:
+    """The header of a trace from its first line (for readers that follow a growing file).
+
+    Raises:
+        TraceError: the line is not a memdoc trace header, or is of a newer version.
+    """
+    return _parse_header(path or Path("<memory>"), line)
+
+
+def apply_record(trace: Trace, ids: dict[int, SeriesKey], record: Any) -> None:
+    """Add one decoded record (a line's JSON value) to `trace`, as `load_trace` does.
+
+    `ids` maps series ids to keys and must be kept from one call to the next.
+
+    Raises:
+        ValueError, TypeError, KeyError, IndexError, AttributeError: a damaged record.
+    """
+    _apply(trace, ids, record)
 
 
 class Run:

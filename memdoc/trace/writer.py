@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -22,7 +23,6 @@ from memdoc.trace.model import (
 )
 
 FLUSH_INTERVAL_S = 0.5
-_INF = float("inf")
 # Events that must reach the disk at once: the process may die right after them.
 _URGENT_EVENTS = frozenset({"oom", "oom_suspect", "exception", "process_exit"})
 
@@ -74,7 +74,7 @@ class TraceWriter:
         with self._lock:
             pairs: list[tuple[int, int | float]] = []
             for key, value in values.items():
-                if value is None or value != value or value in (_INF, -_INF):
+                if value is None or not math.isfinite(value):
                     continue  # missing or not a number: never recorded as a value
                 sid = self._series.get(key)
                 if sid is None:

@@ -1,0 +1,40 @@
+"""Which collectors run where: in the program's process, or in `memdoc run`'s parent."""
+
+from __future__ import annotations
+
+import os
+
+from memdoc.collectors.base import Collector
+
+
+def in_process_collectors(*, host_tree: bool = True, nvml: bool = True) -> list[Collector]:
+    """Collectors for `memdoc.watch`: host memory of this process (and its children),
+    NVML, and every framework the program imports."""
+    from memdoc.collectors.frameworks import framework_collectors
+    from memdoc.collectors.host import HostCollector
+    from memdoc.collectors.nvml import NvmlCollector
+
+    collectors: list[Collector] = [HostCollector(os.getpid(), include_children=host_tree)]
+    if nvml:
+        collectors.append(NvmlCollector(root_pid=os.getpid()))
+    collectors.extend(framework_collectors())
+    return collectors
+
+
+def agent_collectors() -> list[Collector]:
+    """Collectors for the agent inside each process of `memdoc run`: frameworks only
+    (the parent samples host memory and NVML for the whole tree)."""
+    from memdoc.collectors.frameworks import framework_collectors
+
+    return framework_collectors()
+
+
+def parent_collectors(root_pid: int, *, nvml: bool = True) -> list[Collector]:
+    """Collectors for `memdoc run`'s parent: the child's process tree and NVML."""
+    from memdoc.collectors.host import HostCollector
+    from memdoc.collectors.nvml import NvmlCollector
+
+    collectors: list[Collector] = [HostCollector(root_pid, include_children=True)]
+    if nvml:
+        collectors.append(NvmlCollector(root_pid=root_pid))
+    return collectors

@@ -1,0 +1,103 @@
+"""The agent inside each Python process of `memdoc run`: framework collectors and OOM capture."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import sys
+import threading
+import time
+from types import TracebackType
+from typing import Any
+
+from memdoc.api import pop_session, push_session
+from memdoc.collectors.registry import agent_collectors
+from memdoc.run.channel import ENV_INTERVAL, ENV_SOCKET, AgentChannel
+from memdoc.session import DEFAULT_INTERVAL_S, Session
+from memdoc.trace.model import EventKind, ProcessInfo
+
+_state: dict[str, Any] = {}
+
+
+def activate() -> None:
+    """Connect to the parent and start sampling. Never raises: without a parent, nothing runs."""
+    try:
+        _start()
+    except Exception:
+        _state.clear()
+
+
+def _start() -> None:
+    socket_path = os.environ.get(ENV_SOCKET)
+    if not socket_path:
+        return
+    channel = AgentChannel(socket_path)
+    try:
+        interval_s = float(os.environ.get(ENV_INTERVAL, DEFAULT_INTERVAL_S))
+    except ValueError:
+        interval_s = DEFAULT_INTERVAL_S
+    session = Session(channel, agent_collectors(), interval_s=interval_s)
+    channel.process(
+        ProcessInfo(pid=os.getpid(), t=time.time(), ppid=os.getppid(), command=tuple(sys.orig_argv))
+    )
+    session.start()
+    push_session(session)
+    if not _state:  # hooks are installed once per interpreter, sessions replaced after fork
+        _install_hooks()
+    _state["session"] = session
+    _state["channel"] = channel
+
+
+def _session() -> Session | None:
+    session = _state.get("session")
+    return session if isinstance(session, Session) else None
+
+
+def _install_hooks() -> None:
+    previous_excepthook = sys.excepthook
+    previous_thread_hook = threading.excepthook
+
+    def excepthook(
+        exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None
+    ) -> None:
+        session = _session()
+        if session is not None:
+            with contextlib.suppress(Exception):
+                session.record_exception(exc, tb, where="uncaught")
+        previous_excepthook(exc_type, exc, tb)  # Python prints the traceback as always
+
+    def thread_hook(args: threading.ExceptHookArgs) -> None:
+        session = _session()
+        if session is not None and args.exc_value is not None:
+            with contextlib.suppress(Exception):
+                session.record_exception(args.exc_value, args.exc_traceback, where="thread")
+        previous_thread_hook(args)
+
+    sys.excepthook = excepthook
+    threading.excepthook = thread_hook
+    atexit.register(_at_exit)
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+def _at_exit() -> None:
+    session = _session()
+    channel = _state.get("channel")
+    if session is not None:
+        try:
+            session.emit(EventKind.PROCESS_EXIT, {"how": "python-exit"})
+            session.stop()
+        except Exception:
+            pass
+    if isinstance(channel, AgentChannel):
+        channel.close()
+
+
+def _after_fork() -> None:
+    # Threads do not survive fork: a forked worker (DataLoader, multiprocessing "fork")
+    # gets a session and a connection of its own.
+    stale = _state.pop("session", None)
+    _state.pop("channel", None)
+    if isinstance(stale, Session):
+        pop_session(stale)
+    activate()

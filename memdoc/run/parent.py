@@ -1,0 +1,213 @@
+"""`memdoc run`'s parent: start the program, sample its process tree, write the one trace."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from memdoc.collectors.registry import parent_collectors
+from memdoc.run.channel import ENV_INTERVAL, ENV_SOCKET, AgentServer
+from memdoc.session import Session
+from memdoc.trace.model import (
+    SCHEMA_VERSION,
+    Event,
+    EventKind,
+    ExitInfo,
+    Header,
+    ProcessInfo,
+    allowlisted_env,
+)
+from memdoc.trace.writer import TraceWriter
+
+BOOTSTRAP_DIR = str(Path(__file__).resolve().parent / "bootstrap")
+_FORWARDED = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
+# si_code of a signal the kernel sent (a terminal's Ctrl-C reaches the whole foreground
+# process group, the program included, so such a signal is not forwarded twice).
+_SI_KERNEL = 0x80
+
+
+@dataclass
+class RunOptions:
+    """What `memdoc run` was asked to do."""
+
+    command: list[str]
+    display_command: list[str]
+    output: Path
+    interval_s: float = 0.1
+    force: bool = False
+    nvml: bool = True
+    record_allocations: bool = False
+    output_log: Path | None = None  # --live: the program's output goes here
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class RunResult:
+    """How the program ended, and what memdoc wrote."""
+
+    exit_code: int | None
+    signal: int | None
+    trace_path: Path
+    writer_error: str | None
+    agents: int
+
+    @property
+    def status(self) -> int:
+        """What `memdoc run` exits with: the program's code, or 128+N for signal N."""
+        if self.signal is not None:
+            return 128 + self.signal
+        return self.exit_code if self.exit_code is not None else 1
+
+
+def child_environment(socket_path: str, interval_s: float, base: dict[str, str]) -> dict[str, str]:
+    """The program's environment plus what lets the agent start in every Python process."""
+    env = dict(base)
+    env[ENV_SOCKET] = socket_path
+    env[ENV_INTERVAL] = repr(interval_s)
+    existing = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = BOOTSTRAP_DIR + (os.pathsep + existing if existing else "")
+    return env
+
+
+def _header(options: RunOptions) -> Header:
+    return Header(
+        version=SCHEMA_VERSION,
+        created_unix=time.time(),
+        memdoc_version=_version(),
+        command=tuple(options.display_command),
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        cwd=os.getcwd(),
+        python=sys.version.split()[0],
+        interval_s=options.interval_s,
+        env=allowlisted_env(os.environ),
+        rank=_int_env("RANK"),
+        world_size=_int_env("WORLD_SIZE"),
+        mode="run",
+    )
+
+
+def run_program(options: RunOptions) -> RunResult:
+    """Run the program to its end under observation. The program's stdin, stdout, stderr,
+    signals and exit status are its own; memdoc's failures never stop it."""
+    writer = TraceWriter(options.output, _header(options), force=options.force)
+    sock_dir = tempfile.mkdtemp(prefix="memdoc-")
+    socket_path = os.path.join(sock_dir, "agent.sock")
+    server = AgentServer(socket_path, writer)  # listening now, accepting once started
+    env = child_environment(socket_path, options.interval_s, dict(os.environ))
+    env.update(options.extra_env)
+    if options.record_allocations:
+        env["MEMDOC_RECORD_ALLOCATIONS"] = "1"
+        env["MEMDOC_SNAPSHOT_DIR"] = str(options.output.resolve().parent)
+    log: IO[bytes] | None = open(options.output_log, "wb") if options.output_log else None  # noqa: SIM115
+    try:
+        child = subprocess.Popen(
+            options.command,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT if log is not None else None,
+        )
+    except OSError as exc:
+        server.stop(drain_s=0)
+        writer.event(
+            Event(t=time.time(), kind=EventKind.NOTE, data={"text": f"could not start: {exc}"})
+        )
+        writer.close(ExitInfo(t=time.time(), exit_code=127, reason="could not start the program"))
+        shutil.rmtree(sock_dir, ignore_errors=True)
+        raise
+    # Block the forwarded signals before memdoc starts any thread, so that only the
+    # forwarding thread takes them (the child was started before, with the mask unblocked).
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED) if in_main else None
+    try:
+        server.start()
+        writer.process(
+            ProcessInfo(
+                pid=child.pid, t=time.time(), ppid=os.getpid(), command=tuple(options.command)
+            )
+        )
+        session = Session(
+            writer, parent_collectors(child.pid, nvml=options.nvml), interval_s=options.interval_s
+        )
+        session.start()
+        returncode = _wait_forwarding_signals(child, forward=in_main)
+        end_t = time.time()
+        session.stop()
+        server.stop(drain_s=1.0)
+    finally:
+        if previous is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    exit_code, sig = (None, -returncode) if returncode < 0 else (returncode, None)
+    writer.event(
+        Event(
+            t=end_t,
+            kind=EventKind.PROCESS_EXIT,
+            pid=child.pid,
+            data={"code": exit_code, "signal": sig},
+        )
+    )
+    writer.close(ExitInfo(t=end_t, exit_code=exit_code, signal=sig))
+    if log is not None:
+        log.close()
+    shutil.rmtree(sock_dir, ignore_errors=True)
+    return RunResult(exit_code, sig, options.output, writer.error, len(server.agent_pids))
+
+
+def _wait_forwarding_signals(child: subprocess.Popen[bytes], *, forward: bool) -> int:
+    """Wait for the child; pass on signals sent to memdoc, but not a terminal's Ctrl-C
+    (which the program, in the same foreground process group, already received)."""
+    if not forward:
+        return child.wait()
+    done = threading.Event()
+
+    def forward_loop() -> None:
+        while not done.is_set():
+            info = signal.sigtimedwait(_FORWARDED, 0.2)
+            if info is None:
+                continue
+            from_terminal = info.si_code == _SI_KERNEL or (
+                info.si_signo == signal.SIGINT and info.si_pid == 0
+            )
+            if not from_terminal:
+                with contextlib.suppress(ProcessLookupError):
+                    child.send_signal(info.si_signo)
+
+    thread = threading.Thread(target=forward_loop, name="memdoc-signals", daemon=True)
+    thread.start()
+    try:
+        return child.wait()
+    finally:
+        done.set()
+        thread.join(1.0)
+
+
+def _version() -> str:
+    from memdoc import __version__
+
+    return __version__
+
+
+def _int_env(name: str) -> int | None:
+    value = os.environ.get(name)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
