@@ -195,13 +195,13 @@ def exception_event(exc: BaseException, tb: TracebackType | None, *, pid: int, w
 def memory_error_event(exc: BaseException, *, pid: int) -> Event | None:
     """An OOM event when the exception is a memory error (by type or by its text)."""
     from memdoc.oom import parse_text
+    from memdoc.trace.model import OomInfo
 
     text = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}"
-    oom = parse_text(text[:MAX_MESSAGE_CHARS])
-    if oom is None and isinstance(exc, MemoryError):
-        from memdoc.trace.model import OomInfo
-
-        oom = OomInfo(framework="host", kind="host-alloc", message=text[:2000])
+    if type(exc) is MemoryError:  # Python's own: the host ran out, whatever the text says
+        oom: OomInfo | None = OomInfo(framework="host", kind="host-alloc", message=text[:2000])
+    else:
+        oom = parse_text(text[:MAX_MESSAGE_CHARS])
     if oom is None:
         return None
     frames = traceback.extract_tb(exc.__traceback__)

@@ -99,8 +99,21 @@ def run(args: argparse.Namespace) -> int:
     if args.live:
         return _run_live(options, report_path, args)
     result = run_program(options)
+    _say_how_it_ended(result.signal, quiet=args.quiet)
     _finish(result.trace_path, result.writer_error, report_path, quiet=args.quiet, force=args.force)
     return result.status
+
+
+def _say_how_it_ended(sig: int | None, *, quiet: bool) -> None:
+    if sig is None or quiet:
+        return
+    import signal
+
+    try:
+        name = signal.Signals(sig).name
+    except ValueError:
+        name = f"signal {sig}"
+    print(f"memdoc: the program was killed by {name} ({sig})", file=sys.stderr)
 
 
 def _report_path(args: argparse.Namespace, output: Path) -> Path | None:
@@ -166,6 +179,7 @@ def _run_live(options: object, report: Path | None, args: argparse.Namespace) ->
         raise error
     result = outcome["result"]
     assert isinstance(result, RunResult)
+    _say_how_it_ended(result.signal, quiet=args.quiet)
     if options.output_log is not None and options.output_log.exists():
         sys.stdout.write(options.output_log.read_text(errors="replace"))
     _finish(result.trace_path, result.writer_error, report, quiet=args.quiet, force=args.force)

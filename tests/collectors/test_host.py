@@ -1,0 +1,111 @@
+"""The host collector: process-tree RSS, system memory and the cgroup, read for real."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from memdoc.collectors.host import HostCollector, cgroup_from_lines
+from memdoc.trace import Metric, SeriesKey
+
+MiB = 1024**2
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.processes: list = []
+        self.events: list = []
+
+    def process(self, p):  # noqa: ANN001
+        self.processes.append(p)
+
+    def event(self, e):  # noqa: ANN001
+        self.events.append(e)
+
+    def samples(self, t, v):  # noqa: ANN001
+        pass
+
+    def device(self, d):  # noqa: ANN001
+        pass
+
+    def collector(self, s):  # noqa: ANN001
+        pass
+
+
+def test_children_are_found_their_rss_summed_and_their_exit_noticed() -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; x = bytearray(64 * 1024 * 1024); time.sleep(1.0)"]
+    )
+    try:
+        collector = HostCollector(os.getpid())
+        sink = _Sink()
+        assert collector.probe().available
+        collector.start(sink)
+        time.sleep(0.5)
+        values = collector.sample(time.time())
+    finally:
+        child.wait()
+
+    assert values[SeriesKey(Metric.HOST_RSS, pid=child.pid)] >= 64 * MiB
+    assert (
+        values[SeriesKey(Metric.HOST_RSS)]
+        >= values[SeriesKey(Metric.HOST_RSS, pid=os.getpid())] + 64 * MiB
+    )
+    assert values[SeriesKey(Metric.HOST_TOTAL)] > values[SeriesKey(Metric.HOST_AVAILABLE)] > 0
+    assert [p.pid for p in sink.processes] == [child.pid]
+
+    collector.sample(time.time() + 5)
+    assert [e.kind for e in sink.events] == ["process_start", "process_exit"]
+
+
+def test_a_process_that_does_not_exist_is_unavailable_with_the_reason() -> None:
+    status = HostCollector(2**22 + 4321).probe()
+
+    assert not status.available
+    assert "cannot read process" in (status.reason or "")
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_cgroup_limit_usage_and_oom_kills_are_read_for_v1_and_v2(
+    tmp_path: Path, version: int
+) -> None:
+    if version == 2:
+        base = tmp_path / "job.slice"
+        base.mkdir()
+        (base / "memory.current").write_text("1048576\n")
+        (base / "memory.max").write_text("4194304\n")
+        (base / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
+        lines = ["0::/job.slice"]
+    else:
+        base = tmp_path / "memory" / "job"
+        base.mkdir(parents=True)
+        (base / "memory.usage_in_bytes").write_text("1048576\n")
+        (base / "memory.limit_in_bytes").write_text("4194304\n")
+        (base / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 1\n")
+        lines = ["12:cpu:/job", "7:memory:/job"]
+
+    cgroup = cgroup_from_lines(lines, tmp_path)
+
+    assert cgroup is not None and cgroup.version == version
+    assert cgroup.read() == {
+        SeriesKey(Metric.CGROUP_USAGE): 1048576,
+        SeriesKey(Metric.CGROUP_LIMIT): 4194304,
+        SeriesKey(Metric.CGROUP_OOM_KILLS): 1,
+    }
+
+
+def test_an_unlimited_cgroup_has_no_limit_value(tmp_path: Path) -> None:
+    base = tmp_path / "memory"
+    base.mkdir()
+    (base / "memory.usage_in_bytes").write_text("5\n")
+    (base / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+
+    cgroup = cgroup_from_lines(["4:memory:/"], tmp_path)
+
+    assert cgroup is not None
+    assert SeriesKey(Metric.CGROUP_LIMIT) not in cgroup.read()
