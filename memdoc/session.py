@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from dataclasses import replace
 import time
 import traceback
 from collections.abc import Mapping, Sequence
@@ -161,6 +162,11 @@ class Session:
 
     def mark(self, label: str, **data: Any) -> None:
         self.emit(EventKind.MARK, {"label": str(label)[:200], **data})
+        from memdoc.collectors.frameworks import notify_mark
+
+        with self._lock:
+            active = list(self._active)
+        notify_mark(active, label, data)  # e.g. mark(..., snapshot=True) saves a snapshot
 
     def record_exception(
         self,
@@ -173,7 +179,14 @@ class Session:
         self.sink.event(exception_event(exc, tb, pid=self.pid, where=where))
         oom = memory_error_event(exc, pid=self.pid)
         if oom is not None:
-            self.sink.event(oom)
+            from memdoc.collectors.frameworks import oom_context
+
+            with self._lock:
+                active = list(self._active)
+            # What the frameworks knew at that moment (allocator stats, live arrays); the
+            # session's own fields win.
+            context = oom_context(active, exc)
+            self.sink.event(replace(oom, data={**context, **oom.data}))
 
 
 def exception_event(exc: BaseException, tb: TracebackType | None, *, pid: int, where: str) -> Event:

@@ -37,8 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-q", "--quiet", action="store_true", help="print nothing but errors at the end"
     )
     parser.add_argument(
-        "--report", nargs="?", const="", metavar="FILE", help="also write the HTML report"
+        "--report", action="store_true", help="also write the HTML report (beside the trace)"
     )
+    parser.add_argument("--report-file", metavar="FILE", help="write the HTML report here")
     parser.add_argument("--live", action="store_true", help="show the live dashboard while it runs")
     parser.add_argument("--no-nvml", action="store_true", help="do not query the NVIDIA driver")
     parser.add_argument(
@@ -117,9 +118,9 @@ def _say_how_it_ended(sig: int | None, *, quiet: bool) -> None:
 
 
 def _report_path(args: argparse.Namespace, output: Path) -> Path | None:
-    if args.report is None:
+    if not args.report and not args.report_file:
         return None
-    path = Path(args.report) if args.report else output.with_suffix(".html")
+    path = Path(args.report_file) if args.report_file else output.with_suffix(".html")
     check_output_path(path, force=args.force)
     return path
 

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from memdoc.collectors.base import Collector
 
 
-def in_process_collectors(*, host_tree: bool = True, nvml: bool = True) -> list[Collector]:
+def in_process_collectors(
+    *, host_tree: bool = True, nvml: bool = True, trace_dir: Path | None = None
+) -> list[Collector]:
     """Collectors for `memdoc.watch`: host memory of this process (and its children),
-    NVML, and every framework the program imports."""
+    NVML, and every framework the program imports. Files saved at an OOM go to
+    `trace_dir`."""
     from memdoc.collectors.frameworks import framework_collectors
     from memdoc.collectors.host import HostCollector
     from memdoc.collectors.nvml import NvmlCollector
@@ -17,16 +21,17 @@ def in_process_collectors(*, host_tree: bool = True, nvml: bool = True) -> list[
     collectors: list[Collector] = [HostCollector(os.getpid(), include_children=host_tree)]
     if nvml:
         collectors.append(NvmlCollector(root_pid=os.getpid()))
-    collectors.extend(framework_collectors())
+    collectors.extend(framework_collectors(trace_dir=trace_dir))
     return collectors
 
 
 def agent_collectors() -> list[Collector]:
     """Collectors for the agent inside each process of `memdoc run`: frameworks only
     (the parent samples host memory and NVML for the whole tree)."""
-    from memdoc.collectors.frameworks import framework_collectors
+    from memdoc.collectors.frameworks import SNAPSHOT_DIR_ENV, framework_collectors
 
-    return framework_collectors()
+    configured = os.environ.get(SNAPSHOT_DIR_ENV)
+    return framework_collectors(trace_dir=Path(configured) if configured else None)
 
 
 def parent_collectors(root_pid: int, *, nvml: bool = True) -> list[Collector]:

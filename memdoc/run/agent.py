@@ -62,7 +62,9 @@ def _install_hooks() -> None:
         exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None
     ) -> None:
         session = _session()
-        if session is not None:
+        # Ctrl-C is not a memory matter; recording it here would make Python exit with
+        # status 1 instead of by SIGINT (130), which the caller's shell tells apart.
+        if session is not None and not issubclass(exc_type, KeyboardInterrupt):
             with contextlib.suppress(Exception):
                 session.record_exception(exc, tb, where="uncaught")
         previous_excepthook(exc_type, exc, tb)  # Python prints the traceback as always

@@ -14,7 +14,14 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
-from memdoc.trace.model import CollectorStatus, DeviceInfo, Event, ProcessInfo, SeriesKey
+from memdoc.trace.model import (
+    CollectorStatus,
+    DeviceInfo,
+    Event,
+    EventKind,
+    ProcessInfo,
+    SeriesKey,
+)
 from memdoc.trace.writer import TraceWriter
 
 ENV_SOCKET = "MEMDOC_AGENT"
@@ -111,6 +118,7 @@ class AgentServer:
         self.writer = writer
         self.agent_pids: set[int] = set()
         self.messages = 0
+        self.oom_events = 0
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(socket_path)
         os.chmod(socket_path, 0o600)
@@ -192,6 +200,8 @@ class AgentServer:
             elif kind == "e":
                 if msg.get("pid") is not None:
                     self.agent_pids.add(int(msg["pid"]))
+                if msg.get("kind") == EventKind.OOM:
+                    self.oom_events += 1
                 self.writer.event(
                     Event(
                         t=float(msg["t"]),

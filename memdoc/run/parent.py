@@ -18,6 +18,7 @@ from typing import IO
 
 from memdoc.collectors.registry import parent_collectors
 from memdoc.run.channel import ENV_INTERVAL, ENV_SOCKET, AgentServer
+from memdoc.run.tee import StreamTee, same_file, should_tee
 from memdoc.session import Session
 from memdoc.trace.model import (
     SCHEMA_VERSION,
@@ -114,18 +115,23 @@ def run_program(options: RunOptions) -> RunResult:
     server = AgentServer(socket_path, writer)  # listening now, accepting once started
     env = child_environment(socket_path, options.interval_s, dict(os.environ))
     env.update(options.extra_env)
+    # Snapshots and memory profiles saved at an OOM go beside the trace.
+    env["MEMDOC_SNAPSHOT_DIR"] = str(options.output.resolve().parent)
     if options.record_allocations:
         env["MEMDOC_RECORD_ALLOCATIONS"] = "1"
-        env["MEMDOC_SNAPSHOT_DIR"] = str(options.output.resolve().parent)
     log: IO[bytes] | None = open(options.output_log, "wb") if options.output_log else None  # noqa: SIM115
+    tee = StreamTee(2) if log is None and should_tee(2) else None  # started once signals are blocked
+    stdout: IO[bytes] | int | None = log
+    stderr: IO[bytes] | int | None = subprocess.STDOUT if log is not None else None
+    if tee is not None:
+        stderr = tee.write_fd
+        if same_file(1, 2):  # `> log 2>&1`: one pipe keeps the program's own ordering
+            stdout = tee.write_fd
     try:
-        child = subprocess.Popen(
-            options.command,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT if log is not None else None,
-        )
+        child = subprocess.Popen(options.command, env=env, stdout=stdout, stderr=stderr)
     except OSError as exc:
+        if tee is not None:
+            tee.close_write_end()
         server.stop(drain_s=0)
         writer.event(
             Event(t=time.time(), kind=EventKind.NOTE, data={"text": f"could not start: {exc}"})
@@ -133,12 +139,16 @@ def run_program(options: RunOptions) -> RunResult:
         writer.close(ExitInfo(t=time.time(), exit_code=127, reason="could not start the program"))
         shutil.rmtree(sock_dir, ignore_errors=True)
         raise
+    if tee is not None:
+        tee.close_write_end()
     # Block the forwarded signals before memdoc starts any thread, so that only the
     # forwarding thread takes them (the child was started before, with the mask unblocked).
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED) if in_main else None
     try:
         server.start()
+        if tee is not None:
+            tee.start()
         writer.process(
             ProcessInfo(
                 pid=child.pid, t=time.time(), ppid=os.getpid(), command=tuple(options.command)
@@ -156,6 +166,9 @@ def run_program(options: RunOptions) -> RunResult:
         if previous is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     exit_code, sig = (None, -returncode) if returncode < 0 else (returncode, None)
+    if tee is not None:
+        tee.join()
+        _record_stderr_ooms(writer, tee.text(), in_process=server.oom_events, t=end_t)
     writer.event(
         Event(
             t=end_t,
@@ -169,6 +182,22 @@ def run_program(options: RunOptions) -> RunResult:
         log.close()
     shutil.rmtree(sock_dir, ignore_errors=True)
     return RunResult(exit_code, sig, options.output, writer.error, len(server.agent_pids))
+
+
+def _record_stderr_ooms(writer: TraceWriter, text: str, *, in_process: int, t: float) -> None:
+    """Memory errors the program printed: from processes without an agent, and the dumps
+    (TensorFlow's BFC allocator state, XLA's buffer assignment) that only stderr carries."""
+    from memdoc.oom import parse_all
+
+    for oom in parse_all(text):
+        has_dump = oom.bfc_in_use_bytes is not None or bool(oom.xla_buffers)
+        if in_process and not has_dump:
+            continue  # the agent already recorded it, with stats and stack
+        data: dict[str, object] = {"oom": oom.to_dict(), "source": "stderr"}
+        if has_dump and oom.line is not None:
+            lines = text.splitlines()
+            data["dump"] = "\n".join(lines[max(0, oom.line - 1) : oom.line + 400])[:200_000]
+        writer.event(Event(t=t, kind=EventKind.OOM, data=data))
 
 
 def _wait_forwarding_signals(child: subprocess.Popen[bytes], *, forward: bool) -> int:

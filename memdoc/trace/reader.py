@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import gzip
 import json
+import math
 import os
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
@@ -443,7 +444,8 @@ def _apply(trace: Trace, ids: dict[int, SeriesKey], record: Any) -> None:
         pairs = []
         for i in range(1, len(record) - 1, 2):
             value = record[i + 1]
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
+            # NaN and infinities are damage: the writer never writes them.
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
                 pairs.append((ids[int(record[i])], float(value)))
         trace.add_values(t, pairs)
         return

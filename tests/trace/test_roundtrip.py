@@ -177,3 +177,16 @@ def test_a_gzipped_trace_reads_like_a_plain_one(tmp_path: Path) -> None:
     gz.write_bytes(gzip.compress(path.read_bytes()))
 
     assert len(load_trace(gz).steps()) == 10
+
+
+def test_non_finite_values_in_a_damaged_file_are_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "run.memdoc"
+    _write_small(path)
+    lines = path.read_text().splitlines()
+    lines.insert(3, "[0.55,0,NaN,1,Infinity]")
+    path.write_text("\n".join(lines) + "\n")
+
+    rss = load_trace(path).series(Metric.HOST_RSS)
+
+    assert rss is not None and all(v == v for v in rss.values)
+    assert 0.55 not in list(rss.times)
