@@ -1,11 +1,11 @@
-"""The rule seam: `Rule`, `Finding`, `Evidence`, `Fix`."""
+"""The rule seams: `Rule`, `RunRule`, `Finding`, `Evidence`, `Fix`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from memdoc.trace.reader import Trace
+from memdoc.trace.reader import Run, Trace
 
 
 @dataclass(frozen=True)
@@ -36,9 +36,15 @@ class Fix:
     framework: str
     title: str
     code: str
+    language: str = "python"  # how to highlight `code`: "python" or "bash"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"framework": self.framework, "title": self.title, "code": self.code}
+        return {
+            "framework": self.framework,
+            "title": self.title,
+            "code": self.code,
+            "language": self.language,
+        }
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,19 @@ class Rule(Protocol):
     slug: str
     code: str
     title: str
-    doc: str  # Markdown with the fixed sections: What it is / Why it happens / How to confirm / Fixes / References
+    # Markdown with the fixed sections:
+    # What it is / Why it happens / How to confirm / Fixes / References
+    doc: str
 
     def check(self, trace: Trace) -> Finding | None: ...
+
+
+class RunRule(Protocol):
+    """A rule over several traces of one run (ranks, nodes): cross-rank findings."""
+
+    slug: str
+    code: str
+    title: str
+    doc: str
+
+    def check_run(self, run: Run) -> list[Finding]: ...

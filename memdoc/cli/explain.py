@@ -1,0 +1,111 @@
+"""`memdoc explain`: why a job ran out of memory, from an error text or log alone."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rich.console import Console, Group
+from rich.text import Text
+
+from memdoc.cli.common import read_text_input, warn
+from memdoc.errors import MemdocError
+from memdoc.report.terminal import findings_view
+from memdoc.rules.engine import Explanation, explain_in_words, explain_text, to_json
+from memdoc.rules.facts import framework_name, library_name
+from memdoc.trace.model import OomInfo
+from memdoc.trace.reader import looks_like_trace
+from memdoc.units import format_percent
+
+NAME = "explain"
+HELP = "explain an out-of-memory error from its text (a file, a log, or stdin)"
+NO_MEMORY_ERROR = "No memory error found in this text."
+# Weaker findings are named in one line (all of them are in --json).
+SHOWN_IN_FULL = 0.25
+_KINDS = {
+    "allocator": "out of memory",
+    "compile": "out of memory in a compiled program",
+    "host-kill": "killed (host out of memory)",
+    "host-alloc": "host memory allocation failed",
+    "shm": "out of shared memory",
+    "dataloader-killed": "DataLoader worker died",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "file", nargs="?", metavar="FILE", help="error text or log file; - (or a pipe) for stdin"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help='print one JSON object: {"oom": ..., "findings": [...]}'
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.file is None and sys.stdin.isatty():
+        raise MemdocError(
+            "no error text given",
+            hint="memdoc explain crash.log, or pipe it in: python train.py 2>&1 | memdoc explain",
+        )
+    if args.file not in (None, "-") and looks_like_trace(args.file):
+        raise MemdocError(
+            f"{args.file} is a memdoc trace, not an error text",
+            hint=f"memdoc diagnose {args.file}",
+        )
+    result = explain_text(read_text_input(args.file))
+    for warning in result.warnings:
+        warn(warning)
+    if args.json:
+        print(json.dumps(to_json(result.oom, result.findings), indent=2))
+        return 0
+    console = Console(highlight=False)
+    if console.is_terminal:
+        render(result, console)
+        return 0
+    # Piped: the same text without the padding spaces rich adds to fill the width.
+    with console.capture() as captured:
+        render(result, console)
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+    return 0
+
+
+def render(result: Explanation, console: Console) -> None:
+    """The headline, the plain-words paragraph, then the findings best first."""
+    if result.oom is None:
+        console.print(NO_MEMORY_ERROR)
+        return
+    console.print(Text(headline(result.oom), style="bold red"))
+    console.print(explain_in_words(result.oom))
+    if result.findings:
+        shown = [f for f in result.findings if f.confidence >= SHOWN_IN_FULL]
+        shown = shown or result.findings[:1]
+        console.print(findings_view(shown))
+        weaker = [f for f in result.findings if f not in shown]
+        if weaker:
+            names = "; ".join(f"{f.code} {f.rule} ({format_percent(f.confidence)})" for f in weaker)
+            console.print(Text(f"Less likely: {names}", style="dim"))
+        console.print(Text("Each cause in full: memdoc rules SLUG", style="dim"))
+    else:
+        console.print(
+            Group(
+                Text(""),
+                Text("No rule matched this error; `memdoc run` records what the text cannot show."),
+            )
+        )
+
+
+def headline(oom: OomInfo) -> str:
+    """ "PyTorch: out of memory on GPU 0 (line 12)" and the like."""
+    who = framework_name(oom.framework) if oom.framework not in ("unknown", "host") else ""
+    if oom.kind == "disguised":
+        what = f"{library_name(oom)} failed: an out-of-memory error in disguise"
+    else:
+        what = _KINDS.get(oom.kind, "out of memory")
+    where = ""
+    if oom.device is not None and oom.device >= 0:
+        where = f" on {(oom.device_type or 'gpu').upper()} {oom.device}"
+    rank = f" (rank {oom.rank})" if oom.rank is not None else ""
+    line = f", line {oom.line}" if oom.line is not None and oom.line > 1 else ""
+    prefix = f"{who}: " if who else ""
+    return f"{prefix}{what}{where}{rank}{line}"

@@ -1,0 +1,294 @@
+"""MD011 activations-too-large: the per-step working set does not fit."""
+
+from __future__ import annotations
+
+import statistics
+
+from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.facts import (
+    Curve,
+    Failure,
+    baselines,
+    curve_capacity,
+    failed_device,
+    failure,
+    frameworks,
+    specific_library,
+    step_curve,
+)
+from memdoc.rules.ledger import cached_unused_bytes, held_bytes, significant
+from memdoc.rules.spec import (
+    LIKELY,
+    POSSIBLE,
+    WEAK,
+    RuleSpec,
+    bytes_evidence,
+    corroborated,
+    ratio_evidence,
+    share_evidence,
+    snippet,
+)
+from memdoc.rules.trend import fit_trend
+from memdoc.trace.model import OomInfo
+from memdoc.trace.reader import Trace
+from memdoc.units import format_bytes
+
+GPU_KINDS = ("allocator", "compile")
+# The in-step rise must be a real share of what stays between steps.
+LARGE_RISE = 0.5
+NEAR_FULL = 0.9
+TO_CONFIRM = (
+    "run a few steps under `memdoc run`: it records the peak inside each step against the "
+    "memory that stays between steps"
+)
+
+
+class ActivationsTooLarge(RuleSpec):
+    slug = "activations-too-large"
+    code = "MD011"
+    title = "The per-step working set is too large"
+    what = """
+The memory needed inside one step (activations saved for backward, temporaries, gradients)
+does not fit next to the weights and optimizer state. It scales with batch size, sequence
+length and image resolution, and is the most common reason for an out-of-memory error.
+"""
+    why = """
+Between steps only the weights, gradients and optimizer state stay in memory. During the
+forward pass every layer saves its inputs for the backward pass, so the peak is reached at
+the start of backward; attention over long sequences adds tensors quadratic in length. The
+job fails in the first steps, or on the first unusually long or large input.
+"""
+    confirm = """
+- The peak inside a step is far above the memory that stays between steps (`memdoc run`).
+- The failing request shrinks when the batch or the sequence shrinks.
+- The job fails early, in the forward or backward pass, with most of the device allocated.
+"""
+    fixes = (
+        Fix(
+            "pytorch",
+            "Smaller batches, same effective batch, with gradient accumulation",
+            snippet(
+                """
+            accum = 4  # micro-batch = batch_size / accum
+            for i, batch in enumerate(loader):
+                loss = model(batch).loss / accum
+                loss.backward()
+                if (i + 1) % accum == 0:
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+            """
+            ),
+        ),
+        Fix(
+            "pytorch",
+            "Recompute activations in backward instead of storing them",
+            snippet(
+                """
+            from torch.utils.checkpoint import checkpoint
+
+            x = checkpoint(block, x, use_reentrant=False)
+            """
+            ),
+        ),
+        Fix(
+            "pytorch",
+            "Run the forward pass in bf16",
+            snippet(
+                """
+            import torch
+
+            with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+                loss = model(batch).loss
+            """
+            ),
+        ),
+        Fix(
+            "tensorflow",
+            "Smaller batches, and mixed precision",
+            snippet(
+                """
+            import tensorflow as tf
+
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+            model.fit(dataset.batch(16))
+            """
+            ),
+        ),
+        Fix(
+            "jax",
+            "Rematerialize blocks and shrink the batch",
+            snippet(
+                """
+            import jax
+
+            block = jax.checkpoint(block)  # recompute in backward
+            """
+            ),
+        ),
+    )
+    references = (
+        ("PyTorch: torch.utils.checkpoint", "https://pytorch.org/docs/stable/checkpoint.html"),
+        ("PyTorch: automatic mixed precision", "https://pytorch.org/docs/stable/amp.html"),
+        ("TensorFlow: mixed precision", "https://www.tensorflow.org/guide/mixed_precision"),
+        (
+            "JAX: jax.checkpoint",
+            "https://jax.readthedocs.io/en/latest/_autosummary/jax.checkpoint.html",
+        ),
+    )
+
+    def check(self, trace: Trace) -> Finding | None:
+        fail = failure(trace)
+        if not trace.is_text_only:
+            device = failed_device(trace, fail.oom if fail else None)
+            curve = step_curve(trace, device if device is not None and device >= 0 else None)
+            if curve is not None and len(curve.steps) >= 2:
+                return self._recorded(trace, fail, curve)
+        return self._from_text(trace, fail) if fail is not None else None
+
+    def _recorded(self, trace: Trace, fail: Failure | None, curve: Curve) -> Finding | None:
+        pairs = [
+            (prev.baseline, s.peak)
+            for prev, s in zip(curve.steps, curve.steps[1:], strict=False)
+            if prev.baseline is not None and s.peak is not None
+        ]
+        if not pairs:
+            return None
+        baseline = statistics.median(b for b, _ in pairs)
+        peak = max(p for _, p in pairs)
+        if fail is not None:
+            # The step that failed never ended: its peak is what was reached before the error.
+            peak = max(peak, _peak_until(trace, curve, fail.t) or 0.0)
+        rise = statistics.median(p - b for b, p in pairs)
+        total = curve_capacity(trace, curve, fail.oom if fail else None)
+        near_full = bool(total) and peak >= NEAR_FULL * float(total or 1)
+        large = baseline > 0 and rise >= LARGE_RISE * baseline
+        trend = fit_trend(baselines(curve.steps))
+        flat = trend is None or trend.relative_growth < 0.1
+        if fail is None and not (near_full and large):
+            return None
+        if fail is not None and not (large or near_full):
+            return None
+        evidence: list[Evidence] = [
+            bytes_evidence("memory between steps (median)", baseline),
+            bytes_evidence("rise inside a step (median)", rise),
+            bytes_evidence("highest in-step peak", peak),
+        ]
+        if baseline > 0:
+            evidence.append(ratio_evidence("in-step rise / between steps", rise / baseline))
+        if total:
+            evidence.append(share_evidence("peak / capacity", peak / total))
+        if fail is None:
+            confidence = POSSIBLE - 0.05
+            summary = f"Each step peaks at {format_bytes(peak)}, close to the limit."
+        else:
+            confidence = corroborated(LIKELY - 0.05, large, near_full, flat, cap=0.85)
+            if not flat:
+                confidence = min(confidence, POSSIBLE)
+            summary = (
+                f"Inside a step the {curve.label} rose by {format_bytes(rise)} over the "
+                f"{format_bytes(baseline)} that stays between steps, and the job failed in a step."
+            )
+        return self.finding(
+            trace,
+            confidence,
+            summary,
+            evidence,
+            frameworks=frameworks(trace, fail.oom if fail else None),
+        )
+
+    def _from_text(self, trace: Trace, fail: Failure) -> Finding | None:
+        oom = fail.oom
+        if oom.framework == "host" or specific_library(oom) is not None or oom.phase == "load":
+            return None
+        bare_disguised = oom.kind == "disguised" and oom.requested_bytes is None
+        if oom.kind not in GPU_KINDS and not bare_disguised:
+            return None
+        total = oom.total_bytes
+        requested = oom.requested_bytes
+        if oom.requested_unknown_huge or (requested and total and requested > total):
+            return None  # one impossible request: single-allocation-too-large
+        if requested is None or not total:
+            return self._without_sizes(trace, oom)
+        held = held_bytes(oom)
+        cached = cached_unused_bytes(oom)
+        evidence = [
+            bytes_evidence("requested", requested),
+            share_evidence("request / device", requested / total),
+        ]
+        if held is not None:
+            evidence.append(share_evidence("held by this process / device", held / total))
+        if held is not None and held < 0.5 * total:
+            summary = (
+                f"The job itself held only {format_bytes(held)} of the {format_bytes(total)} "
+                "device: look at what else holds the memory first."
+            )
+            confidence = WEAK
+        elif cached is not None and cached >= requested and significant(cached, total):
+            summary = "The request would have fit in the pool's unused cache: see fragmentation."
+            confidence = WEAK
+        else:
+            summary = (
+                f"The job held most of the {format_bytes(total)} device and needed "
+                f"{format_bytes(requested)} more inside a step."
+            )
+            confidence = corroborated(POSSIBLE, requested >= 0.1 * total, oom.shape is not None)
+        return self.finding(
+            trace,
+            confidence,
+            summary,
+            evidence,
+            to_confirm=TO_CONFIRM,
+            frameworks=frameworks(trace, oom),
+        )
+
+    def _without_sizes(self, trace: Trace, oom: OomInfo) -> Finding:
+        if oom.shape is not None:
+            confidence = POSSIBLE + 0.1
+            summary = (
+                f"A tensor of shape {list(oom.shape)} did not fit: the per-step working set "
+                "is too large."
+            )
+        else:
+            confidence = WEAK + (0.05 if oom.kind == "allocator" else 0.0)
+            summary = (
+                "The job ran out of device memory; the usual reason is a step that needs more "
+                "than fits."
+            )
+        return self.finding(
+            trace,
+            confidence,
+            summary,
+            _shape_evidence(oom),
+            to_confirm=TO_CONFIRM,
+            frameworks=frameworks(trace, oom),
+        )
+
+
+def _peak_until(trace: Trace, curve: Curve, t: float) -> float | None:
+    """Highest value of the curve (and its interval peaks) from the last step end to `t`."""
+    start = curve.steps[-1].t_end if curve.steps else 0.0
+    found = [
+        top
+        for metric in (curve.metric, curve.metric + "_peak")
+        if (series := trace.series(metric, curve.device, curve.pid)) is not None
+        and (top := series.max_between(start, t)) is not None
+    ]
+    return max(found) if found else None
+
+
+def _shape_evidence(oom: OomInfo) -> list[Evidence]:
+    if oom.shape is None:
+        return []
+    elements = 1
+    for dim in oom.shape:
+        elements *= dim
+    return [
+        Evidence(
+            f"failing tensor: shape {list(oom.shape)}, {elements:,} elements",
+            float(elements),
+            "count",
+        )
+    ]
+
+
+RULE = ActivationsTooLarge()

@@ -1,0 +1,199 @@
+"""MD018 checkpoint-load-spike: loading a checkpoint onto the GPU doubles memory briefly."""
+
+from __future__ import annotations
+
+import re
+
+from memdoc.rules.base import Finding, Fix
+from memdoc.rules.facts import Failure, failed_device, failure, frameworks, series_named
+from memdoc.rules.spec import (
+    LIKELY,
+    POSSIBLE,
+    RuleSpec,
+    bytes_evidence,
+    corroborated,
+    ratio_evidence,
+    snippet,
+)
+from memdoc.trace.reader import Trace
+from memdoc.units import GiB, format_bytes
+
+_LOAD_LABEL = r"load|checkpoint|restore|resume"
+_LOAD_FILES = r"torch[/\\]serialization\.py|safetensors|orbax|checkpoint"
+_LOAD_FUNCTIONS = (
+    r"(load_state_dict|_load_from_state_dict|load_checkpoint|restore\w*|_rebuild_tensor\w*"
+    r"|restore_location)"
+)
+_LOAD_TEXT = r"torch\.load\(|load_state_dict\(|\.restore\("
+SPIKE_RATIO = 1.5
+MIN_SPIKE_BYTES = 1 * GiB
+
+
+class CheckpointLoadSpike(RuleSpec):
+    slug = "checkpoint-load-spike"
+    code = "MD018"
+    title = "Loading a checkpoint onto the GPU doubles memory"
+    what = """
+While a checkpoint is loaded, two copies of the weights exist at once: the model's own
+parameters and the tensors read from the file. When the file is loaded straight onto the GPU
+(the default for a checkpoint saved from GPU tensors), the peak is about twice the model.
+"""
+    why = """
+`torch.load` restores each tensor on the device it was saved from unless `map_location`
+says otherwise, and `load_state_dict` then copies into the existing parameters. Optimizer
+state in the same file adds more. The spike is brief, so it fails on load even though the
+model trains fine once loaded.
+"""
+    confirm = """
+- The error is raised inside `torch.load`, `load_state_dict`, or a checkpoint restore.
+- Memory peaks during loading at well above what remains after it (`memdoc run` with
+  `memdoc.mark("load")` records the span).
+"""
+    fixes = (
+        Fix(
+            "pytorch",
+            "Load onto the CPU, memory-mapped, then copy into the model",
+            snippet(
+                """
+            import torch
+
+            state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+            model.load_state_dict(state)
+            del state
+            """
+            ),
+        ),
+        Fix(
+            "pytorch",
+            "Use safetensors, which loads tensor by tensor",
+            snippet(
+                """
+            from safetensors.torch import load_model
+
+            load_model(model, "model.safetensors", device="cuda")
+            """
+            ),
+        ),
+        Fix(
+            "pytorch",
+            "Build the model without allocating weights, then load",
+            snippet(
+                """
+            model = AutoModelForCausalLM.from_pretrained(
+                name, low_cpu_mem_usage=True, device_map="auto"
+            )
+            """
+            ),
+        ),
+        Fix(
+            "jax",
+            "Restore directly into the target sharding",
+            snippet(
+                """
+            import orbax.checkpoint as ocp
+
+            state = ocp.StandardCheckpointer().restore(path, target=abstract_state)
+            """
+            ),
+        ),
+    )
+    references = (
+        (
+            "PyTorch: torch.load (map_location, mmap)",
+            "https://pytorch.org/docs/stable/generated/torch.load.html",
+        ),
+        (
+            "PyTorch: saving and loading models",
+            "https://pytorch.org/tutorials/beginner/saving_loading_models.html",
+        ),
+        ("safetensors", "https://huggingface.co/docs/safetensors/index"),
+    )
+
+    def check(self, trace: Trace) -> Finding | None:
+        fail = failure(trace)
+        if not trace.is_text_only:
+            found = self._recorded_spike(trace, fail)
+            if found is not None:
+                return found
+        if fail is None or fail.oom.framework == "host":
+            return None
+        loading = (
+            fail.in_frames(file_pattern=_LOAD_FILES)
+            or fail.in_frames(function_pattern=_LOAD_FUNCTIONS)
+            or fail.says(_LOAD_TEXT)
+        )
+        if not loading:
+            return self._loading_phase(trace, fail)
+        summary = "The error happened while a checkpoint was being loaded."
+        return self.finding(
+            trace,
+            LIKELY - 0.1,
+            summary,
+            [],
+            to_confirm='check `map_location` in torch.load; load to "cpu" and compare',
+            frameworks=frameworks(trace, fail.oom),
+        )
+
+    def _loading_phase(self, trace: Trace, fail: Failure) -> Finding | None:
+        """The text says the job was loading, but not where: a checkpoint is one reading."""
+        if fail.oom.phase != "load":
+            return None
+        return self.finding(
+            trace,
+            POSSIBLE - 0.1,
+            "The error came while loading; loading a checkpoint onto the GPU is one cause.",
+            [],
+            to_confirm="check `map_location` in torch.load",
+            frameworks=frameworks(trace, fail.oom),
+        )
+
+    def _recorded_spike(self, trace: Trace, fail: Failure | None) -> Finding | None:
+        marks = [
+            m
+            for m in trace.marks()
+            if re.search(_LOAD_LABEL, str(m.data.get("label", "")), re.IGNORECASE)
+        ]
+        device = failed_device(trace, fail.oom if fail else None)
+        allocated = [
+            s
+            for s in series_named(trace, "torch.allocated")
+            if device is None or s.key.device == device
+        ]
+        if not marks or not allocated:
+            return None
+        series = max(allocated, key=lambda s: max(s.values) if len(s) else 0.0)
+        boundaries = sorted({e.t for e in trace.marks()} | {e.t for e in trace.steps()})
+        for mark in marks:
+            later = [t for t in boundaries if t > mark.t]
+            end = later[0] if later else trace.duration_s
+            peak = series.max_between(mark.t, end)
+            after = series.at(end)
+            if peak is None:
+                continue
+            failed_here = fail is not None and mark.t <= fail.t <= end
+            settled = after if after is not None and after > 0 else None
+            if settled is None and not failed_here:
+                continue
+            ratio = peak / settled if settled else None
+            if not failed_here and (
+                ratio is None or ratio < SPIKE_RATIO or peak - (settled or 0) < MIN_SPIKE_BYTES
+            ):
+                continue
+            evidence = [bytes_evidence("peak while loading", peak)]
+            if settled:
+                evidence.append(bytes_evidence("after loading", settled))
+                evidence.append(ratio_evidence("peak / after", ratio or 0.0))
+            confidence = corroborated(LIKELY - 0.05, failed_here, (ratio or 0) >= 1.8)
+            summary = (
+                f"Memory peaked at {format_bytes(peak)} while loading ('{mark.data.get('label')}')"
+                + (
+                    ", where the job failed."
+                    if failed_here
+                    else f", {ratio:.1f}x what remained after."
+                )
+            )
+            return self.finding(trace, confidence, summary, evidence, frameworks=frameworks(trace))
+        return None
+
+
+RULE = CheckpointLoadSpike()

@@ -1,0 +1,145 @@
+"""MD021 cuda-graph-pools: memory held in CUDA-graph private pools."""
+
+from __future__ import annotations
+
+from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.facts import (
+    Failure,
+    device_total,
+    failed_device,
+    failure,
+    framework_at,
+    frameworks,
+    series_named,
+)
+from memdoc.rules.spec import (
+    LIKELY,
+    POSSIBLE,
+    RuleSpec,
+    bytes_evidence,
+    corroborated,
+    share_evidence,
+    snippet,
+)
+from memdoc.trace.model import Metric
+from memdoc.trace.reader import Trace
+from memdoc.units import format_bytes
+
+_CAPTURE = r"capture_end|capture_begin|CUDAGraph|cuda_graph|cudagraph|graph capture"
+SIGNIFICANT_SHARE = 0.05
+
+
+class CudaGraphPools(RuleSpec):
+    slug = "cuda-graph-pools"
+    code = "MD021"
+    title = "Memory held in CUDA-graph private pools"
+    what = """
+Captured CUDA graphs keep their memory in private pools, separate from the allocator's
+shared cache, for as long as the graph exists. Many captured graphs (one per batch size in
+an inference server, one per shape with `torch.compile(mode="reduce-overhead")`) hold many
+pools that the rest of the program cannot use.
+"""
+    why = """
+A graph replays fixed kernels on fixed addresses, so its inputs, outputs and temporaries
+must stay allocated between replays. Pools are shared only when graphs are captured into the
+same pool on purpose. Inference servers capture graphs for a list of batch sizes at start-up;
+the total can be gigabytes.
+"""
+    confirm = """
+- The PyTorch message says "with X allocated in private pools (e.g., CUDA Graphs)" and X is
+  large.
+- The failure happens during graph capture (`capture_end`) or right after it.
+- `torch.cuda.memory_stats()` private-pool counters, recorded by `memdoc run`, grow with
+  each capture.
+"""
+    fixes = (
+        Fix(
+            "pytorch",
+            "Share one pool between graphs that do not run concurrently",
+            snippet(
+                """
+            import torch
+
+            pool = torch.cuda.graph_pool_handle()
+            with torch.cuda.graph(g1, pool=pool):
+                out1 = model(static_in1)
+            with torch.cuda.graph(g2, pool=pool):
+                out2 = model(static_in2)
+            """
+            ),
+        ),
+        Fix(
+            "pytorch",
+            "Capture fewer graphs (fewer batch sizes or shapes)",
+            'model = torch.compile(model, mode="max-autotune-no-cudagraphs")',
+        ),
+        Fix(
+            "any",
+            "In vLLM, capture fewer sizes or none",
+            "vllm serve MODEL --max-seq-len-to-capture 2048 --enforce-eager",
+            "bash",
+        ),
+    )
+    references = (
+        ("PyTorch: CUDA graphs", "https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs"),
+        (
+            "PyTorch: torch.compile modes",
+            "https://pytorch.org/docs/stable/generated/torch.compile.html",
+        ),
+    )
+
+    def check(self, trace: Trace) -> Finding | None:
+        fail = failure(trace)
+        if fail is None:
+            return None
+        oom = fail.oom
+        device = failed_device(trace, oom)
+        total = device_total(trace, device, oom)
+        private = _private_bytes(trace, fail, device)
+        if (
+            private
+            and total
+            and private >= max(SIGNIFICANT_SHARE * total, oom.requested_bytes or 0)
+        ):
+            evidence: list[Evidence] = [
+                bytes_evidence("allocated in private pools", private),
+                share_evidence("share of the device", private / total),
+            ]
+            large_share = oom.allocated_bytes is not None and private >= 0.25 * oom.allocated_bytes
+            summary = (
+                f"{format_bytes(private)} were held in CUDA-graph private pools, more than "
+                "the failed request."
+            )
+            return self.finding(
+                trace,
+                corroborated(LIKELY, large_share),
+                summary,
+                evidence,
+                frameworks=frameworks(trace, oom),
+            )
+        if fail.in_frames(function_pattern=r"\w*capture\w*|\w*graph\w*") or fail.says(_CAPTURE):
+            summary = "The error happened while capturing a CUDA graph."
+            return self.finding(
+                trace,
+                POSSIBLE,
+                summary,
+                [],
+                to_confirm="count the graphs captured (one per batch size or shape)",
+                frameworks=frameworks(trace, oom),
+            )
+        return None
+
+
+def _private_bytes(trace: Trace, fail: Failure, device: int | None) -> float | None:
+    if fail.oom.private_pool_bytes is not None:
+        return fail.oom.private_pool_bytes
+    if (
+        trace.is_text_only
+        or device is None
+        or not series_named(trace, "torch." + Metric.PRIVATE_POOL)
+    ):
+        return None
+    return framework_at(trace, Metric.PRIVATE_POOL, device, fail.t)
+
+
+RULE = CudaGraphPools()

@@ -1,0 +1,199 @@
+"""MD010 eval-without-no-grad: evaluation builds autograd graphs it never uses."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass
+
+from memdoc.rules.base import Finding, Fix
+from memdoc.rules.facts import Failure, failed_device, failure, frameworks, step_curve
+from memdoc.rules.spec import (
+    LIKELY,
+    POSSIBLE,
+    RuleSpec,
+    bytes_evidence,
+    corroborated,
+    ratio_evidence,
+    snippet,
+)
+from memdoc.trace.model import Event
+from memdoc.trace.reader import Series, Trace
+from memdoc.units import format_bytes
+
+_EVAL_LABEL = r"eval|valid|predict|test|infer|sampl|generat"
+_EVAL_FUNCTION = (
+    r"(evaluate\w*|evaluation\w*|eval_\w*|_eval\w*|validat\w*|_?validation\w*|predict\w*"
+    r"|prediction\w*|test_step|inference|infer|generate\w*|sample\w*|_sample)"
+)
+# Frames that show `torch.no_grad()` / `inference_mode()` used as a decorator.
+_GRAD_OFF_FILES = r"autograd[/\\]grad_mode\.py|utils[/\\]_contextlib\.py"
+# Evaluation under no_grad adds roughly one batch of activations; with autograd on it adds
+# what training adds. This share of the training rise means the graph was built.
+SAME_AS_TRAINING = 0.7
+
+
+@dataclass(frozen=True)
+class _Span:
+    label: str
+    t0: float
+    t1: float
+
+
+class EvalWithoutNoGrad(RuleSpec):
+    slug = "eval-without-no-grad"
+    code = "MD010"
+    title = "Evaluation builds autograd graphs"
+    what = """
+Validation, prediction or sampling runs with autograd on. Every forward pass records its
+graph and keeps the activations for a backward pass that never comes, so evaluation needs as
+much memory as training, or more with a larger batch.
+"""
+    why = """
+`model.eval()` switches dropout and batch norm to inference behaviour; it does not turn off
+gradient tracking. Without `torch.no_grad()` or `torch.inference_mode()`, outputs keep their
+graph alive for as long as they are referenced, for example in a list of predictions.
+"""
+    confirm = """
+- The error happens in a validate, evaluate, predict or generate function.
+- Memory during evaluation rises as much as during a training step (`memdoc run` with
+  `memdoc.mark("eval")` before evaluation records it).
+- `torch.is_grad_enabled()` is `True` inside the evaluation loop.
+"""
+    fixes = (
+        Fix(
+            "pytorch",
+            "Turn autograd off for evaluation",
+            snippet(
+                """
+            import torch
+
+            model.eval()
+            with torch.inference_mode():  # or torch.no_grad()
+                for batch in val_loader:
+                    outputs = model(batch)
+            """
+            ),
+        ),
+        Fix(
+            "pytorch",
+            "Or decorate the evaluation function",
+            snippet(
+                """
+            import torch
+
+            @torch.no_grad()
+            def validate(model, loader):
+                ...
+            """
+            ),
+        ),
+    )
+    references = (
+        ("PyTorch: torch.no_grad", "https://pytorch.org/docs/stable/generated/torch.no_grad.html"),
+        (
+            "PyTorch: torch.inference_mode",
+            "https://pytorch.org/docs/stable/generated/torch.inference_mode.html",
+        ),
+        (
+            "PyTorch: locally disabling gradient computation",
+            "https://pytorch.org/docs/stable/notes/autograd.html#locally-disabling-gradient-computation",
+        ),
+    )
+
+    def check(self, trace: Trace) -> Finding | None:
+        fail = failure(trace)
+        involved = frameworks(trace, fail.oom if fail else None)
+        if involved and "pytorch" not in involved:
+            return None  # only PyTorch records graphs during a plain forward pass
+        if not trace.is_text_only:
+            found = self._recorded(trace, fail)
+            if found is not None:
+                return found
+        return self._from_frames(trace, fail) if fail is not None else None
+
+    def _recorded(self, trace: Trace, fail: Failure | None) -> Finding | None:
+        device = failed_device(trace, fail.oom if fail else None)
+        curve = step_curve(trace, device if device is not None and device >= 0 else None)
+        spans = _eval_spans(trace)
+        if curve is None or not spans or len(curve.steps) < 2:
+            return None
+        series = trace.series(curve.metric, curve.device, curve.pid)
+        peaks = trace.series(curve.metric + "_peak", curve.device, curve.pid)
+        rises = [
+            s.peak - prev.baseline
+            for prev, s in zip(curve.steps, curve.steps[1:], strict=False)
+            if s.peak is not None and prev.baseline is not None
+        ]
+        train_rise = statistics.median(rises) if rises else 0.0
+        if series is None or train_rise <= 0:
+            return None
+        eval_rise = max(_rise(series, peaks, span) for span in spans)
+        if eval_rise < SAME_AS_TRAINING * train_rise:
+            return None
+        failed_in_eval = fail is not None and any(s.t0 <= fail.t <= s.t1 for s in spans)
+        confidence = corroborated(
+            LIKELY - 0.05, failed_in_eval, failed_in_eval, eval_rise >= train_rise
+        )
+        summary = (
+            f"Memory rose by {format_bytes(eval_rise)} during evaluation, as much as a training "
+            f"step ({format_bytes(train_rise)}): evaluation kept autograd graphs."
+        )
+        evidence = [
+            bytes_evidence("rise during evaluation", eval_rise),
+            bytes_evidence("rise during a training step (median)", train_rise),
+            ratio_evidence("evaluation / training", eval_rise / train_rise),
+        ]
+        return self.finding(trace, confidence, summary, evidence, frameworks=["pytorch"])
+
+    def _from_frames(self, trace: Trace, fail: Failure) -> Finding | None:
+        in_eval = fail.in_frames(function_pattern=_EVAL_FUNCTION) or fail.oom.phase == "eval"
+        if not in_eval or fail.in_frames(file_pattern=_GRAD_OFF_FILES):
+            return None
+        summary = (
+            "The error happened during evaluation or generation; if autograd was on there, "
+            "evaluation kept a graph per batch."
+        )
+        return self.finding(
+            trace,
+            POSSIBLE + 0.1,
+            summary,
+            [],
+            to_confirm=(
+                "check that the evaluation code runs under torch.no_grad() or "
+                'torch.inference_mode(); `memdoc.mark("eval")` plus `memdoc run` measures it'
+            ),
+            frameworks=["pytorch"],
+        )
+
+
+def _eval_spans(trace: Trace) -> list[_Span]:
+    """Evaluation marks, each lasting until the next mark or step (or the end)."""
+    boundaries = sorted([e.t for e in trace.marks()] + [e.t for e in trace.steps()])
+    spans: list[_Span] = []
+    for mark in trace.marks():
+        label = str(mark.data.get("label", ""))
+        if not re.search(_EVAL_LABEL, label, re.IGNORECASE) or _grad_off(mark):
+            continue
+        later = [t for t in boundaries if t > mark.t]
+        spans.append(_Span(label, mark.t, later[0] if later else trace.duration_s))
+    return spans
+
+
+def _grad_off(mark: Event) -> bool:
+    return mark.data.get("grad_enabled") is False
+
+
+def _rise(series: Series, peaks: Series | None, span: _Span) -> float:
+    start = series.at(span.t0)
+    highs = [
+        v
+        for s in (series, peaks)
+        if s is not None and (v := s.max_between(span.t0, span.t1)) is not None
+    ]
+    if start is None or not highs:
+        return 0.0
+    return max(highs) - start
+
+
+RULE = EvalWithoutNoGrad()

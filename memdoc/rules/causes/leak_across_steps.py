@@ -1,0 +1,250 @@
+"""MD008 leak-across-steps: something keeps memory alive step after step."""
+
+from __future__ import annotations
+
+import re
+
+from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.facts import (
+    Curve,
+    Failure,
+    baselines,
+    curve_capacity,
+    failed_device,
+    failure,
+    frameworks,
+    specific_library,
+    step_curve,
+)
+from memdoc.rules.spec import (
+    LIKELY,
+    POSSIBLE,
+    TEXT_ONLY_CAP,
+    WEAK,
+    RuleSpec,
+    bytes_evidence,
+    corroborated,
+    count_evidence,
+    share_evidence,
+    snippet,
+)
+from memdoc.rules.trend import Trend, fit_trend
+from memdoc.trace.reader import Trace
+from memdoc.units import MiB, format_bytes
+
+MIN_STEPS = 5
+# Growth must be both relative and absolute: a few KiB per step on a small baseline is noise.
+MIN_RELATIVE_GROWTH = 0.10
+MIN_GROWTH_BYTES = {True: 32 * MiB, False: 4 * MiB}  # host RSS is noisier than an allocator
+MIN_MONOTONIC = 0.7
+# Steps before the baseline settles (optimizer state, cudnn autotuning, caches warming).
+WARMUP_STEPS = 2
+TO_CONFIRM = (
+    "run it under `memdoc run` for a few steps: a leak shows as allocated memory at step "
+    "boundaries that rises steadily"
+)
+# "epoch 12", "Epoch 37/100", "iteration 5000", "1000th epoch", "step: 800".
+_PROGRESS = re.compile(
+    r"\b(?:epoch|iteration|iter|step)\s*[:#=]?\s*(\d{1,9})\b|\b(\d{1,9})(?:st|nd|rd|th)\s+"
+    r"(?:epoch|iteration|step)",
+    re.IGNORECASE,
+)
+
+
+class LeakAcrossSteps(RuleSpec):
+    slug = "leak-across-steps"
+    code = "MD008"
+    title = "Memory kept alive step after step"
+    what = """
+Memory at the end of each training step is higher than at the end of the step before, until
+the job runs out. Something holds on to tensors, and often to the autograd graph behind
+them, from every step.
+"""
+    why = """
+The usual holders: a running total of the loss kept as a tensor (`total_loss += loss`, which
+keeps every step's graph), outputs appended to a list for logging or metrics, hooks that
+store activations, caches keyed by input, or metric objects that accumulate state on the
+GPU. In Python the memory is freed only when the last reference goes.
+"""
+    confirm = """
+- Allocated memory read at step boundaries rises steadily (`memdoc run` records it at every
+  step and fits the slope).
+- The job fails after many steps, not in the first one.
+- `torch.cuda.memory._record_memory_history()` and a snapshot show the same source line
+  growing.
+"""
+    fixes = (
+        Fix(
+            "pytorch",
+            "Log numbers, not tensors that keep the graph",
+            snippet(
+                """
+            running_loss += loss.item()          # not: running_loss += loss
+            history.append(outputs.detach().cpu())  # not: history.append(outputs)
+            """
+            ),
+        ),
+        Fix(
+            "pytorch",
+            "Release per-step state and hooks",
+            snippet(
+                """
+            metrics.reset()
+            for handle in hook_handles:
+                handle.remove()
+            hook_handles.clear()
+            """
+            ),
+        ),
+        Fix(
+            "tensorflow",
+            "Do not build new graph pieces or models inside the loop",
+            snippet(
+                """
+            import tensorflow as tf
+
+            tf.keras.backend.clear_session()  # when models are created in a loop
+            """
+            ),
+        ),
+        Fix(
+            "jax",
+            "Drop references to old arrays (and donate buffers you overwrite)",
+            snippet(
+                """
+            import jax
+
+            step = jax.jit(train_step, donate_argnums=(0,))
+            state = step(state, batch)  # the old state is not kept
+            """
+            ),
+        ),
+    )
+    references = (
+        (
+            "PyTorch FAQ: my model reports cuda runtime error(2): out of memory",
+            "https://pytorch.org/docs/stable/notes/faq.html",
+        ),
+        (
+            "PyTorch: understanding CUDA memory usage",
+            "https://pytorch.org/docs/stable/torch_cuda_memory.html",
+        ),
+        ("JAX: buffer donation", "https://jax.readthedocs.io/en/latest/faq.html#buffer-donation"),
+    )
+
+    def check(self, trace: Trace) -> Finding | None:
+        fail = failure(trace)
+        if trace.is_text_only:
+            return self._from_text(trace, fail) if fail is not None else None
+        oom = fail.oom if fail is not None else None
+        device = failed_device(trace, oom)
+        curve = step_curve(trace, device if device is not None and device >= 0 else None)
+        if curve is None:
+            return None
+        values = baselines(curve.steps)
+        if len(values) >= MIN_STEPS + WARMUP_STEPS:
+            values = values[WARMUP_STEPS:]
+        if len(values) < MIN_STEPS:
+            return None
+        trend = fit_trend(values, tolerance=_noise(curve, values))
+        if trend is None or not _grows(trend, curve):
+            return None
+        return self._report(trace, fail, curve, trend, values[-1])
+
+    def _report(
+        self, trace: Trace, fail: Failure | None, curve: Curve, trend: Trend, last: float
+    ) -> Finding:
+        total = curve_capacity(trace, curve, fail.oom if fail else None)
+        evidence: list[Evidence] = [
+            bytes_evidence("growth per step", trend.slope_per_step),
+            bytes_evidence(f"growth over {trend.steps} steps", trend.growth),
+            share_evidence("relative growth", min(trend.relative_growth, 100.0)),
+            share_evidence("steps that did not go down", trend.monotonic_fraction),
+        ]
+        if total and trend.slope_per_step > 0 and last < total:
+            evidence.append(
+                count_evidence(
+                    "steps left at this rate", round((total - last) / trend.slope_per_step)
+                )
+            )
+        confidence = corroborated(
+            LIKELY,
+            trend.monotonic_fraction >= 0.9,
+            fail is not None,
+            trend.steps >= 20,
+            trend.relative_growth >= 0.5,
+            cap=0.9,
+        )
+        summary = (
+            f"The {curve.label} at step boundaries grew by {format_bytes(trend.slope_per_step)} "
+            f"per step over {trend.steps} steps ({format_bytes(trend.growth)} in all)."
+        )
+        return self.finding(
+            trace,
+            confidence,
+            summary,
+            evidence,
+            frameworks=frameworks(trace, fail.oom if fail else None),
+            extra={"metric": curve.metric, "device": curve.device},
+        )
+
+    def _from_text(self, trace: Trace, fail: Failure) -> Finding | None:
+        """Text alone cannot show growth: say what would, when the text hints at it."""
+        oom = fail.oom
+        if oom.kind not in ("allocator", "disguised") or specific_library(oom) is not None:
+            return None
+        reached = _progress(fail)
+        if reached is not None and reached >= 2:
+            summary = (
+                f"The error came after training had reached {reached} epochs or steps: memory "
+                "that grows each step is a common reason for a late failure."
+            )
+            evidence = [count_evidence("epochs or steps reached", reached)]
+            return self.finding(
+                trace,
+                min(POSSIBLE - 0.05, TEXT_ONLY_CAP),
+                summary,
+                evidence,
+                to_confirm=TO_CONFIRM,
+                frameworks=frameworks(trace, oom),
+            )
+        if oom.requested_bytes is None and oom.total_bytes is None and oom.shape is None:
+            summary = "The error gives no numbers; memory growing each step is one possible cause."
+            return self.finding(
+                trace,
+                WEAK - 0.05,
+                summary,
+                [],
+                to_confirm=TO_CONFIRM,
+                frameworks=frameworks(trace, oom),
+            )
+        return None
+
+
+def _grows(trend: Trend, curve: Curve) -> bool:
+    return (
+        trend.slope_per_step > 0
+        and trend.relative_growth >= MIN_RELATIVE_GROWTH
+        and trend.growth >= MIN_GROWTH_BYTES[curve.on_host]
+        and trend.monotonic_fraction >= MIN_MONOTONIC
+    )
+
+
+def _noise(curve: Curve, values: list[float]) -> float:
+    """How far a baseline may drop between steps and still count as flat."""
+    if not curve.on_host:
+        return 0.0
+    return max(1 * MiB, 0.002 * max(values))
+
+
+def _progress(fail: Failure) -> int | None:
+    numbers = [
+        int(m.group(1) or m.group(2))
+        for text in (fail.oom.message, fail.context)
+        if text
+        for m in _PROGRESS.finditer(text[-20000:])
+    ]
+    return max(numbers) if numbers else None
+
+
+RULE = LeakAcrossSteps()

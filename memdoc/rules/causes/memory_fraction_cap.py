@@ -1,0 +1,178 @@
+"""MD007 memory-fraction-cap: a configured cap, not the card, is the limit."""
+
+from __future__ import annotations
+
+from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.facts import (
+    Failure,
+    device_total,
+    failed_device,
+    failure,
+    framework_at,
+    frameworks,
+    sum_at,
+)
+from memdoc.rules.ledger import pool_bytes
+from memdoc.rules.spec import (
+    LIKELY,
+    POSSIBLE,
+    STRONG,
+    RuleSpec,
+    bytes_evidence,
+    share_evidence,
+    snippet,
+)
+from memdoc.trace.model import EventKind, Metric
+from memdoc.trace.reader import Trace
+from memdoc.units import format_bytes
+
+# A limit this far below the device size was set by someone.
+CAP_SHARE = 0.97
+
+
+class MemoryFractionCap(RuleSpec):
+    slug = "memory-fraction-cap"
+    code = "MD007"
+    title = "A configured memory cap, not the card, is the limit"
+    what = """
+The allocator refused the request because of a limit set in configuration, while the GPU
+itself still had room: `torch.cuda.set_per_process_memory_fraction`, JAX's
+`XLA_PYTHON_CLIENT_MEM_FRACTION`, or a TensorFlow logical device with `memory_limit`.
+"""
+    why = """
+Caps are set to share a GPU between processes, or copied from an example, and then
+forgotten. PyTorch reports the cap as "X allowed" in its message. JAX's default cap is 75%
+of the device, so a JAX program can run out with a quarter of the GPU untouched.
+"""
+    confirm = """
+- The PyTorch message contains "X allowed", and reserved plus the request exceeds it.
+- `XLA_PYTHON_CLIENT_MEM_FRACTION` or `memory_limit` appears in the environment or code.
+- The device had more free memory than the request (`nvidia-smi`, or the message's "free").
+"""
+    fixes = (
+        Fix(
+            "pytorch",
+            "Raise or remove the per-process fraction",
+            snippet(
+                """
+            import torch
+
+            torch.cuda.set_per_process_memory_fraction(1.0, device=0)
+            """
+            ),
+        ),
+        Fix(
+            "jax",
+            "Let JAX use more of the device",
+            "export XLA_PYTHON_CLIENT_MEM_FRACTION=.90",
+            "bash",
+        ),
+        Fix(
+            "tensorflow",
+            "Raise the logical device's memory limit (in MB)",
+            snippet(
+                """
+            import tensorflow as tf
+
+            gpu = tf.config.list_physical_devices("GPU")[0]
+            tf.config.set_logical_device_configuration(
+                gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=20000)]
+            )
+            """
+            ),
+        ),
+    )
+    references = (
+        (
+            "PyTorch: set_per_process_memory_fraction",
+            "https://pytorch.org/docs/stable/generated/torch.cuda.set_per_process_memory_fraction.html",
+        ),
+        (
+            "JAX: GPU memory allocation",
+            "https://jax.readthedocs.io/en/latest/gpu_memory_allocation.html",
+        ),
+        (
+            "TensorFlow: tf.config.set_logical_device_configuration",
+            "https://www.tensorflow.org/api_docs/python/tf/config/set_logical_device_configuration",
+        ),
+    )
+
+    def check(self, trace: Trace) -> Finding | None:
+        fail = failure(trace)
+        if fail is None:
+            return None
+        oom = fail.oom
+        device = failed_device(trace, oom)
+        total = device_total(trace, device, oom)
+        limit = _limit(trace, fail, device)
+        if limit is None or not total or limit >= CAP_SHARE * total:
+            return None
+        held = _held(trace, fail, device)
+        requested = oom.requested_bytes
+        if held is not None and requested is not None and held + requested <= limit:
+            return None  # the cap was not what stopped this request
+        free = oom.free_bytes if oom.free_bytes is not None else _free(trace, fail, device)
+        room = free is not None and requested is not None and free >= requested
+        evidence: list[Evidence] = [
+            bytes_evidence("configured limit", limit),
+            share_evidence("limit / device", limit / total),
+        ]
+        if held is not None:
+            evidence.append(bytes_evidence("held by the allocator", held))
+        if free is not None:
+            evidence.append(bytes_evidence("free on the device", free))
+        if room:
+            confidence = STRONG + 0.05
+            summary = (
+                f"The allocator stopped at a configured {format_bytes(limit)} "
+                f"({limit / total:.0%} of the device) while {format_bytes(free)} were still free."
+            )
+        else:
+            confidence = LIKELY if free is None else POSSIBLE
+            summary = (
+                f"A configured limit of {format_bytes(limit)} ({limit / total:.0%} of the "
+                "device) was reached."
+            )
+        return self.finding(trace, confidence, summary, evidence, frameworks=frameworks(trace, oom))
+
+
+def _limit(trace: Trace, fail: Failure, device: int | None) -> float | None:
+    if fail.oom.limit_bytes is not None:
+        return fail.oom.limit_bytes
+    if trace.is_text_only or device is None:
+        return None
+    recorded = framework_at(trace, Metric.LIMIT, device, fail.t)
+    if recorded is not None:
+        return recorded
+    total = trace.device_total_bytes(device)
+    for event in trace.events(EventKind.ALLOCATOR_CONFIG):
+        if event.data.get("memory_limit_bytes"):
+            return float(event.data["memory_limit_bytes"])
+        fraction = event.data.get("memory_fraction") or event.data.get("mem_fraction")
+        if isinstance(fraction, (int, float)) and total:
+            return float(fraction) * total
+    fraction_env = trace.header.env.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
+    if fraction_env and total:
+        try:
+            return float(fraction_env) * total
+        except ValueError:
+            return None
+    return None
+
+
+def _held(trace: Trace, fail: Failure, device: int | None) -> float | None:
+    pool = pool_bytes(fail.oom)
+    if pool is not None:
+        return pool
+    if trace.is_text_only or device is None:
+        return None
+    return framework_at(trace, Metric.RESERVED, device, fail.t)
+
+
+def _free(trace: Trace, fail: Failure, device: int | None) -> float | None:
+    if trace.is_text_only or device is None:
+        return None
+    return sum_at(trace, Metric.GPU_FREE, device, fail.t)
+
+
+RULE = MemoryFractionCap()

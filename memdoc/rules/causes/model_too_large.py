@@ -1,0 +1,180 @@
+"""MD013 model-too-large: the weights (plus gradients) alone do not fit."""
+
+from __future__ import annotations
+
+from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.facts import Failure, device_total, failed_device, failure, frameworks
+from memdoc.rules.spec import (
+    LIKELY,
+    POSSIBLE,
+    STRONG,
+    RuleSpec,
+    bytes_evidence,
+    corroborated,
+    share_evidence,
+    snippet,
+)
+from memdoc.trace.model import EventKind
+from memdoc.trace.reader import Trace
+from memdoc.units import format_bytes
+
+# Moving or building a module: torch's Module.to/cuda/_apply, Hugging Face loading helpers.
+_MOVE_FUNCTIONS = (
+    r"(_apply|to|cuda|to_empty|from_pretrained|_load_pretrained_model|dispatch_model"
+    r"|load_checkpoint_and_dispatch|set_module_tensor_to_device|_load_state_dict_into_meta_model)"
+)
+_MOVE_TEXT = r"Loading checkpoint shards|\.from_pretrained\(|\.to\((?:\"|')?cuda|\.cuda\(\)"
+WEIGHTS_FILL = 0.8
+
+
+class ModelTooLarge(RuleSpec):
+    slug = "model-too-large"
+    code = "MD013"
+    title = "The weights alone do not fit"
+    what = """
+The model's parameters (and for training its gradients) take nearly the whole device, or
+more, before any batch is processed. The job fails while moving or loading the model, or in
+the very first step.
+"""
+    why = """
+A parameter takes 4 bytes in fp32, 2 in bf16/fp16; training adds a gradient of the same
+size and, for Adam, two more fp32 states. A 7-billion-parameter model is 28 GB of weights in
+fp32 alone. Loading a checkpoint in its stored precision, or without sharding, puts all of
+it on one device.
+"""
+    confirm = """
+- The error happens in `.to("cuda")`, `.cuda()`, `from_pretrained` or while loading
+  checkpoint shards.
+- Parameter count times bytes per parameter is close to the device size
+  (`sum(p.numel() * p.element_size() for p in model.parameters())`).
+- `memdoc run` records parameter and gradient bytes per device.
+"""
+    fixes = (
+        Fix(
+            "pytorch",
+            "Load in bf16, and let Accelerate place the layers",
+            snippet(
+                """
+            import torch
+            from transformers import AutoModelForCausalLM
+
+            model = AutoModelForCausalLM.from_pretrained(
+                name, torch_dtype=torch.bfloat16, device_map="auto"
+            )
+            """
+            ),
+        ),
+        Fix(
+            "pytorch",
+            "Quantize the weights",
+            snippet(
+                """
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+            model = AutoModelForCausalLM.from_pretrained(
+                name, quantization_config=BitsAndBytesConfig(load_in_4bit=True), device_map="auto"
+            )
+            """
+            ),
+        ),
+        Fix(
+            "pytorch",
+            "Shard parameters, gradients and optimizer state across GPUs",
+            snippet(
+                """
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            model = FSDP(model)
+            """
+            ),
+        ),
+        Fix(
+            "jax",
+            "Shard the parameters over devices",
+            snippet(
+                """
+            import jax
+            from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+            mesh = Mesh(jax.devices(), ("model",))
+            params = jax.device_put(params, NamedSharding(mesh, P("model")))
+            """
+            ),
+        ),
+    )
+    references = (
+        (
+            "Accelerate: big model inference",
+            "https://huggingface.co/docs/accelerate/usage_guides/big_modeling",
+        ),
+        ("PyTorch: FSDP", "https://pytorch.org/docs/stable/fsdp.html"),
+        (
+            "JAX: distributed arrays and automatic parallelization",
+            "https://jax.readthedocs.io/en/latest/notebooks/Distributed_arrays_and_automatic_parallelization.html",
+        ),
+    )
+
+    def check(self, trace: Trace) -> Finding | None:
+        fail = failure(trace)
+        if not trace.is_text_only:
+            found = self._from_model_state(trace, fail)
+            if found is not None:
+                return found
+        return self._while_moving(trace, fail) if fail is not None else None
+
+    def _from_model_state(self, trace: Trace, fail: Failure | None) -> Finding | None:
+        for event in trace.events(EventKind.MODEL_STATE):
+            device = event.data.get("device")
+            total = trace.device_total_bytes(device) if isinstance(device, int) else None
+            params = float(event.data.get("param_bytes") or 0)
+            grads = float(event.data.get("grad_bytes") or 0)
+            if not total or not params:
+                continue
+            share = (params + grads) / total
+            if share < WEIGHTS_FILL and not (
+                fail is not None and share >= 0.5 and not trace.steps()
+            ):
+                continue
+            evidence: list[Evidence] = [
+                bytes_evidence("parameters", params),
+                bytes_evidence("gradients", grads),
+                share_evidence("parameters and gradients / device", share),
+            ]
+            confidence = corroborated(LIKELY, share >= 0.95, fail is not None and not trace.steps())
+            confidence = max(confidence, STRONG) if params >= 0.95 * total else confidence
+            summary = (
+                f"Parameters and gradients take {format_bytes(params + grads)}, "
+                f"{share:.0%} of GPU {device}, before any batch."
+            )
+            return self.finding(trace, confidence, summary, evidence, frameworks=frameworks(trace))
+        return None
+
+    def _while_moving(self, trace: Trace, fail: Failure) -> Finding | None:
+        if fail.oom.framework == "host":
+            return None  # a host kill while loading: host-oom
+        moving = fail.in_frames(function_pattern=_MOVE_FUNCTIONS) or fail.says(_MOVE_TEXT)
+        if not moving and fail.oom.phase != "load":
+            return None
+        if fail.in_frames(file_pattern=r"serialization\.py") and not moving:
+            return None  # torch.load itself: checkpoint-load-spike
+        oom = fail.oom
+        total = device_total(trace, failed_device(trace, oom), oom)
+        evidence: list[Evidence] = []
+        full = False
+        if oom.allocated_bytes is not None and total:
+            evidence.append(bytes_evidence("allocated while loading", oom.allocated_bytes))
+            evidence.append(share_evidence("of the device", oom.allocated_bytes / total))
+            full = oom.allocated_bytes >= WEIGHTS_FILL * total
+        summary = "The error happened while loading the model or moving it to the GPU"
+        summary += f", with {format_bytes(oom.allocated_bytes)} already there." if full else "."
+        return self.finding(
+            trace,
+            corroborated(POSSIBLE + 0.1, full, moving),
+            summary,
+            evidence,
+            to_confirm="compare parameter bytes (numel x element size) with the device size",
+            frameworks=frameworks(trace, oom),
+        )
+
+
+RULE = ModelTooLarge()

@@ -1,0 +1,148 @@
+"""MD015 no-mixed-precision: fp32 everywhere, where bf16/fp16 would halve the memory."""
+
+from __future__ import annotations
+
+from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.facts import failure, frameworks
+from memdoc.rules.spec import POSSIBLE, WEAK, RuleSpec, bytes_evidence, share_evidence, snippet
+from memdoc.trace.model import EventKind
+from memdoc.trace.reader import Trace
+from memdoc.units import MiB
+
+# Names frameworks print for 32- and 64-bit floats, and their size in bytes.
+_WIDE_FLOATS = {
+    "float32": 4,
+    "float": 4,
+    "f32": 4,
+    "fp32": 4,
+    "torch.float32": 4,
+    "double": 8,
+    "float64": 8,
+    "f64": 8,
+}
+FP32_DOMINATES = 0.9
+LARGE_REQUEST_BYTES = 256 * MiB
+
+
+class NoMixedPrecision(RuleSpec):
+    slug = "no-mixed-precision"
+    code = "MD015"
+    title = "Full fp32 where bf16 or fp16 would halve the memory"
+    what = """
+Weights, activations and the failing tensors are 32-bit floats. Mixed precision (bf16 or
+fp16 compute with fp32 master weights where needed) halves activation memory and often the
+weights too, on every GPU since Volta.
+"""
+    why = """
+Frameworks default to fp32. Activations saved for backward dominate training memory, and
+they take the compute dtype: running the forward pass under autocast or a mixed-precision
+policy stores them in 16 bits.
+"""
+    confirm = """
+- The failing tensor's dtype is `float`/`float32`/`f32` (TensorFlow and XLA messages name it).
+- Nearly all parameter bytes are fp32 (`memdoc run` records bytes per dtype).
+"""
+    fixes = (
+        Fix(
+            "pytorch",
+            "Autocast the forward pass to bf16",
+            snippet(
+                """
+            import torch
+
+            with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+                loss = model(batch)
+            loss.backward()
+            """
+            ),
+        ),
+        Fix(
+            "tensorflow",
+            "Use a mixed-precision policy",
+            snippet(
+                """
+            import tensorflow as tf
+
+            tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
+            """
+            ),
+        ),
+        Fix(
+            "jax",
+            "Compute in bf16",
+            snippet(
+                """
+            import jax
+            import jax.numpy as jnp
+
+            params = jax.tree_util.tree_map(lambda p: p.astype(jnp.bfloat16), params)
+            """
+            ),
+        ),
+    )
+    references = (
+        ("PyTorch: automatic mixed precision", "https://pytorch.org/docs/stable/amp.html"),
+        ("TensorFlow: mixed precision", "https://www.tensorflow.org/guide/mixed_precision"),
+        ("JAX: jax.numpy dtypes", "https://jax.readthedocs.io/en/latest/jax.numpy.html"),
+    )
+
+    def check(self, trace: Trace) -> Finding | None:
+        fail = failure(trace)
+        if not trace.is_text_only:
+            found = self._from_dtypes(trace, had_failure=fail is not None)
+            if found is not None:
+                return found
+        if fail is None:
+            return None
+        oom = fail.oom
+        width = _WIDE_FLOATS.get((oom.dtype or "").lower())
+        if width is None:
+            return None
+        requested = oom.requested_bytes or 0
+        large = requested >= LARGE_REQUEST_BYTES or (
+            oom.total_bytes is not None and requested >= 0.05 * oom.total_bytes
+        )
+        if not large and oom.shape is None:
+            return None
+        evidence: list[Evidence] = [
+            Evidence(f"failing tensor dtype: {oom.dtype}", float(width), "bytes per element")
+        ]
+        if requested:
+            evidence.append(bytes_evidence("requested", requested))
+        summary = f"The failing tensor is {oom.dtype}: in bf16 or fp16 it would take half as much."
+        return self.finding(
+            trace,
+            WEAK + 0.05,
+            summary,
+            evidence,
+            to_confirm="check whether the model already runs under autocast or a mixed policy",
+            frameworks=frameworks(trace, oom),
+        )
+
+    def _from_dtypes(self, trace: Trace, *, had_failure: bool) -> Finding | None:
+        for event in trace.events(EventKind.MODEL_STATE):
+            by_dtype = event.data.get("dtype_bytes")
+            if not isinstance(by_dtype, dict) or not by_dtype:
+                continue
+            total = sum(float(v) for v in by_dtype.values() if isinstance(v, (int, float)))
+            fp32 = sum(
+                float(v)
+                for k, v in by_dtype.items()
+                if str(k).lower() in _WIDE_FLOATS and isinstance(v, (int, float))
+            )
+            if total <= 0 or fp32 / total < FP32_DOMINATES or not had_failure:
+                continue
+            evidence = [
+                bytes_evidence("fp32 parameter bytes", fp32),
+                share_evidence("fp32 share of parameters", fp32 / total),
+            ]
+            summary = (
+                f"{fp32 / total:.0%} of the parameter bytes are fp32 and the job ran out of memory."
+            )
+            return self.finding(
+                trace, POSSIBLE + 0.05, summary, evidence, frameworks=frameworks(trace)
+            )
+        return None
+
+
+RULE = NoMixedPrecision()

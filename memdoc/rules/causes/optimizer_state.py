@@ -1,0 +1,205 @@
+"""MD014 optimizer-state: optimizer states appear at the first step and do not fit."""
+
+from __future__ import annotations
+
+from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.facts import Failure, failure, frameworks, step_curve
+from memdoc.rules.spec import (
+    LIKELY,
+    POSSIBLE,
+    RuleSpec,
+    bytes_evidence,
+    corroborated,
+    ratio_evidence,
+    share_evidence,
+    snippet,
+)
+from memdoc.trace.model import EventKind
+from memdoc.trace.reader import Trace
+from memdoc.units import format_bytes
+
+# Adam keeps two states per parameter: the first step adds about twice the parameter bytes.
+ADAM_RATIO = 2.0
+RATIO_TOLERANCE = 0.35
+_OPTIMIZER_FILES = r"torch[/\\]optim[/\\]|optax|keras[/\\].*optimizers|bitsandbytes[/\\]optim"
+_OPTIMIZER_TEXT = (
+    r"/(?:Adam|AdamW|Adagrad|RMSProp|Momentum)(?:_\d+)?/|Adam/Initializer|optimizer\.step\("
+    r"|_init_group|_multi_tensor_adam"
+)
+
+
+class OptimizerState(RuleSpec):
+    slug = "optimizer-state"
+    code = "MD014"
+    title = "Optimizer states appear at the first step and do not fit"
+    what = """
+The forward and backward passes fit, but the job fails at the first `optimizer.step()`:
+that is when Adam-style optimizers allocate their state, two extra tensors the size of every
+parameter (in fp32, even for a bf16 model unless told otherwise).
+"""
+    why = """
+Optimizer state is created lazily. For Adam and AdamW it is twice the parameter bytes (8
+bytes per parameter in fp32); the multi-tensor implementation also needs temporary copies
+during the update. A model that trains comfortably with SGD can fail with Adam.
+"""
+    confirm = """
+- The error is raised inside `optimizer.step()` (`torch/optim/adam.py`, `_init_group`) or,
+  in TensorFlow, while creating `Adam` slot variables.
+- Memory jumps at the first step by about twice the parameter bytes (`memdoc run` records
+  parameter and optimizer-state bytes).
+"""
+    fixes = (
+        Fix(
+            "pytorch",
+            "Use an 8-bit optimizer",
+            snippet(
+                """
+            import bitsandbytes as bnb
+
+            optimizer = bnb.optim.AdamW8bit(model.parameters(), lr=1e-4)
+            """
+            ),
+        ),
+        Fix(
+            "pytorch",
+            "Avoid the multi-tensor update's temporaries",
+            snippet(
+                """
+            import torch
+
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
+            """
+            ),
+        ),
+        Fix(
+            "pytorch",
+            "Shard optimizer state across ranks",
+            snippet(
+                """
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+
+            optimizer = ZeroRedundancyOptimizer(
+                model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-4
+            )
+            """
+            ),
+        ),
+        Fix(
+            "pytorch",
+            "Use an optimizer without per-parameter state",
+            snippet(
+                """
+            optimizer = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.0)
+            """
+            ),
+        ),
+        Fix(
+            "jax",
+            "Use a factored optimizer with smaller state",
+            snippet(
+                """
+            import optax
+
+            optimizer = optax.adafactor(learning_rate=1e-3)
+            """
+            ),
+        ),
+    )
+    references = (
+        ("PyTorch: torch.optim", "https://pytorch.org/docs/stable/optim.html"),
+        (
+            "bitsandbytes: 8-bit optimizers",
+            "https://huggingface.co/docs/bitsandbytes/main/en/optimizers",
+        ),
+        (
+            "PyTorch: ZeroRedundancyOptimizer",
+            "https://pytorch.org/docs/stable/distributed.optim.html",
+        ),
+    )
+
+    def check(self, trace: Trace) -> Finding | None:
+        fail = failure(trace)
+        if not trace.is_text_only:
+            found = self._recorded(trace, fail)
+            if found is not None:
+                return found
+        if fail is None:
+            return None
+        in_optimizer = fail.in_frames(file_pattern=_OPTIMIZER_FILES) or fail.says(_OPTIMIZER_TEXT)
+        if not in_optimizer:
+            return None
+        summary = "The error happened while the optimizer created or updated its state."
+        return self.finding(
+            trace,
+            POSSIBLE + 0.15,
+            summary,
+            [],
+            to_confirm=(
+                "compare the optimizer's state (2x the parameters for Adam) with what is "
+                "free after backward"
+            ),
+            frameworks=frameworks(trace, fail.oom),
+        )
+
+    def _recorded(self, trace: Trace, fail: Failure | None) -> Finding | None:
+        params, state, device = _model_state(trace)
+        if not params:
+            return None
+        jump = state or _first_step_jump(trace)
+        if not jump:
+            return None
+        ratio = jump / params
+        adam_like = abs(ratio - ADAM_RATIO) <= RATIO_TOLERANCE * ADAM_RATIO
+        total = trace.device_total_bytes(device) if device is not None else None
+        steps = trace.steps()
+        failed_first = fail is not None and (not steps or fail.t <= steps[0].t)
+        if not adam_like and not failed_first:
+            return None
+        evidence: list[Evidence] = [
+            bytes_evidence("parameters", params),
+            bytes_evidence("added at the first step", jump),
+            ratio_evidence("added / parameters", ratio),
+        ]
+        if total:
+            evidence.append(share_evidence("optimizer state / device", jump / total))
+        if failed_first:
+            confidence = corroborated(LIKELY, adam_like, cap=0.85)
+            summary = (
+                f"The first optimizer step adds {format_bytes(jump)} ({ratio:.1f}x the "
+                "parameters) and the job failed there."
+            )
+        elif total and jump >= 0.25 * total:
+            confidence = POSSIBLE - 0.05
+            summary = (
+                f"Optimizer state takes {format_bytes(jump)}, {jump / total:.0%} of the device."
+            )
+        else:
+            return None
+        return self.finding(trace, confidence, summary, evidence, frameworks=frameworks(trace))
+
+
+def _model_state(trace: Trace) -> tuple[float, float, int | None]:
+    """(parameter bytes, optimizer-state bytes, device) from the latest model_state event."""
+    params = state = 0.0
+    device: int | None = None
+    for event in trace.events(EventKind.MODEL_STATE):
+        params = float(event.data.get("param_bytes") or params)
+        state = float(event.data.get("optimizer_state_bytes") or state)
+        if isinstance(event.data.get("device"), int):
+            device = event.data["device"]
+    return params, state, device
+
+
+def _first_step_jump(trace: Trace) -> float | None:
+    curve = step_curve(trace)
+    if curve is None or len(curve.steps) < 2:
+        return None
+    first, second = curve.steps[0], curve.steps[1]
+    series = trace.series(curve.metric, curve.device, curve.pid)
+    before = series.at(first.t_start) if series is not None else None
+    if before is None or first.baseline is None or second.baseline is None:
+        return None
+    return first.baseline - before
+
+
+RULE = OptimizerState()

@@ -1,0 +1,297 @@
+"""MD002 other-process: another process holds the GPU memory this job needed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.facts import (
+    Failure,
+    device_total,
+    failed_device,
+    failure,
+    frameworks,
+    library_name,
+    starved_library,
+)
+from memdoc.rules.ledger import pool_bytes, this_process_bytes
+from memdoc.rules.spec import (
+    LIKELY,
+    POSSIBLE,
+    WEAK,
+    RuleSpec,
+    bytes_evidence,
+    share_evidence,
+    snippet,
+)
+from memdoc.trace.model import Metric, OomInfo, ProcessUsage
+from memdoc.trace.reader import Trace
+from memdoc.units import GiB, format_bytes
+
+# A CUDA context plus library workspaces: what a process holds beyond its allocator's pool.
+CONTEXT_ALLOWANCE_BYTES = 2 * GiB
+# Below this, memory no process claims is the driver's own and display use, not a culprit.
+UNACCOUNTED_MIN_BYTES = 1 * GiB
+UNACCOUNTED_MIN_SHARE = 0.15
+NAMED_MIN_SHARE = 0.05
+
+
+@dataclass(frozen=True)
+class _Others:
+    named_bytes: float  # held by processes that are not this one, by name or PID
+    unaccounted_bytes: float  # used on the device but claimed by nobody we can see
+    pids: tuple[int, ...]
+    # False when one of the named processes may be this one, seen from a container.
+    certain: bool = True
+
+
+class OtherProcess(RuleSpec):
+    slug = "other-process"
+    code = "MD002"
+    title = "Another process holds the GPU memory"
+    what = """
+Memory on the GPU is held by a process other than this job: another training run, a
+notebook kernel, an inference server, or a zombie left by an earlier run that did not exit.
+This job then fails although its own usage is modest.
+"""
+    why = """
+A GPU's memory is shared by every process that opens it, and nothing reserves it per
+process. The out-of-memory message counts only what is left, so a job that fits alone fails
+when it starts next to another one. Killed runs sometimes leave worker processes alive that
+keep their memory until they are stopped.
+"""
+    confirm = """
+- `nvidia-smi` (or `memdoc top`) lists every process on the GPU with its memory.
+- In PyTorch 2.1+ messages, a "Process N has X memory in use" line for a PID that is not
+  this one. In a container, your own process also appears as "Process N" because of PID
+  namespaces: compare X with what PyTorch reserved.
+- Total minus free minus what this process holds is large.
+"""
+    fixes = (
+        Fix(
+            "any",
+            "See who holds the GPU",
+            "nvidia-smi --query-compute-apps=pid,used_memory,name --format=csv",
+            "bash",
+        ),
+        Fix("any", "Stop leftovers of an earlier run (check the PID first)", "kill <PID>", "bash"),
+        Fix(
+            "any", "Run on a GPU nobody else uses", "CUDA_VISIBLE_DEVICES=1 python train.py", "bash"
+        ),
+        Fix(
+            "tensorflow",
+            "When two TensorFlow programs share a GPU, let each grow instead of grabbing it all",
+            snippet(
+                """
+            import tensorflow as tf
+
+            for gpu in tf.config.list_physical_devices("GPU"):
+                tf.config.experimental.set_memory_growth(gpu, True)
+            """
+            ),
+        ),
+    )
+    references = (
+        ("nvidia-smi documentation", "https://docs.nvidia.com/deploy/nvidia-smi/index.html"),
+        (
+            "CUDA: CUDA_VISIBLE_DEVICES",
+            "https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#env-vars",
+        ),
+        (
+            "PyTorch: CUDA memory management",
+            "https://pytorch.org/docs/stable/notes/cuda.html#memory-management",
+        ),
+    )
+
+    def check(self, trace: Trace) -> Finding | None:
+        fail = failure(trace)
+        if fail is None:
+            return self._sharing_without_oom(trace)
+        oom = fail.oom
+        device = failed_device(trace, oom)
+        total = device_total(trace, device, oom)
+        others = _others_recorded(trace, fail, device) or _others_in_text(oom, total)
+        judged = self._judge(trace, fail, others, total) if others and total else None
+        return judged or self._starved(trace, fail, total)
+
+    def _judge(self, trace: Trace, fail: Failure, others: _Others, total: float) -> Finding | None:
+        oom = fail.oom
+        named = others.named_bytes >= max(NAMED_MIN_SHARE * total, 1)
+        unaccounted = others.unaccounted_bytes >= max(
+            UNACCOUNTED_MIN_BYTES, UNACCOUNTED_MIN_SHARE * total
+        )
+        if not named and not unaccounted:
+            return None
+        held = others.named_bytes if named else 0.0
+        held += max(others.unaccounted_bytes, 0.0) if unaccounted else 0.0
+        fits = (
+            oom.requested_bytes is not None
+            and not oom.requested_unknown_huge
+            and (oom.free_bytes or 0) + held >= oom.requested_bytes
+        )
+        if named:
+            confidence = (LIKELY + 0.15 if fits else POSSIBLE + 0.05) + (
+                0.1 if others.named_bytes >= 0.25 * total else 0.0
+            )
+            who = ", ".join(f"PID {pid}" for pid in others.pids) or "other processes"
+            summary = f"{who} held {format_bytes(others.named_bytes)} of this GPU."
+            if not others.certain:
+                confidence = min(confidence, POSSIBLE)
+                summary += " (Inside a container, that PID may be this process itself.)"
+        else:
+            confidence = LIKELY - 0.15 if fits else POSSIBLE - 0.05
+            summary = (
+                f"{format_bytes(others.unaccounted_bytes)} of the GPU were used by something "
+                "other than this process's allocator: another process, or another library here."
+            )
+        evidence: list[Evidence] = [
+            bytes_evidence("held by other processes", held),
+            share_evidence("share of the device", held / total),
+        ]
+        if oom.requested_bytes is not None and not oom.requested_unknown_huge:
+            evidence.append(bytes_evidence("requested", oom.requested_bytes))
+        if fits:
+            summary += " Without it, the request would have fit."
+        return self.finding(
+            trace,
+            confidence,
+            summary,
+            evidence,
+            to_confirm=None
+            if named and others.certain
+            else "run `nvidia-smi` or `memdoc top` while the job runs",
+            frameworks=frameworks(trace, oom),
+            extra={"pids": list(others.pids)},
+        )
+
+    def _starved(self, trace: Trace, fail: Failure, total: float | None) -> Finding | None:
+        """Almost nothing free while the error shows nothing held by this process."""
+        oom = fail.oom
+        own = (
+            oom.allocated_bytes,
+            oom.reserved_bytes,
+            oom.this_process_bytes,
+            oom.bfc_in_use_bytes,
+        )
+        nothing_own = all(v is None for v in own)
+        if total and oom.free_bytes is not None and nothing_own and oom.free_bytes < 0.1 * total:
+            evidence = [
+                bytes_evidence("free on the device", oom.free_bytes),
+                bytes_evidence("device total", total),
+            ]
+            summary = (
+                f"Only {format_bytes(oom.free_bytes)} of {format_bytes(total)} were free, and "
+                "the error shows nothing held by this process: something else holds the GPU."
+            )
+            return self.finding(
+                trace,
+                POSSIBLE + 0.1,
+                summary,
+                evidence,
+                to_confirm="run `nvidia-smi` to see which processes hold the GPU",
+                frameworks=frameworks(trace, oom),
+            )
+        if oom.library in ("cudnn", "cublas") and starved_library(fail):
+            summary = (
+                f"A {library_name(oom)} handle could not be created: often the GPU is already "
+                "full, sometimes because another process holds it."
+            )
+            return self.finding(
+                trace,
+                WEAK + 0.05,
+                summary,
+                [],
+                to_confirm="run `nvidia-smi` before the job starts and look for other processes",
+                frameworks=frameworks(trace, oom),
+            )
+        return None
+
+    def _sharing_without_oom(self, trace: Trace) -> Finding | None:
+        """A run that did not fail but shared a GPU with a big foreign process."""
+        ours = trace.our_pids()
+        for device in trace.devices():
+            total = trace.device_total_bytes(device.index)
+            if not total:
+                continue
+            foreign = [
+                s
+                for s in trace.series_for(Metric.GPU_PROC_USED, device=device.index)
+                if s.key.pid not in ours and s.max() is not None
+            ]
+            ours_there = any(
+                s.key.pid in ours
+                for s in trace.series_for(Metric.GPU_PROC_USED, device=device.index)
+            )
+            held = sum(top[1] for s in foreign if (top := s.max()) is not None)
+            if ours_there and held >= 0.25 * total:
+                evidence = [
+                    bytes_evidence("held by other processes", held),
+                    share_evidence("share of the device", held / total),
+                ]
+                summary = f"Other processes held {format_bytes(held)} of GPU {device.index}."
+                return self.finding(trace, POSSIBLE, summary, evidence)
+        return None
+
+
+def _others_recorded(trace: Trace, fail: Failure, device: int | None) -> _Others | None:
+    """Other processes as NVML saw them on the device, at the moment of the failure."""
+    if trace.is_text_only or device is None:
+        return None
+    ours = trace.our_pids()
+    per_process = trace.series_for(Metric.GPU_PROC_USED, device=device)
+    if not per_process:
+        return None
+    named = 0.0
+    mine = 0.0
+    pids: list[int] = []
+    for series in per_process:
+        value = series.at(fail.t + 1e-9) or (series.max() or (0.0, 0.0))[1]
+        if series.key.pid in ours:
+            mine += value
+        elif value > 0 and series.key.pid is not None:
+            named += value
+            pids.append(series.key.pid)
+    used = trace.series(Metric.GPU_USED, device=device)
+    used_now = used.at(fail.t + 1e-9) if used is not None else None
+    unaccounted = used_now - mine - named if used_now is not None else 0.0
+    return _Others(named, unaccounted, tuple(pids))
+
+
+def _others_in_text(oom: OomInfo, total: float | None) -> _Others | None:
+    """Other processes from the message's process lines, or from its arithmetic."""
+    own_pool = pool_bytes(oom)
+    others = [p for p in oom.processes if not p.this_process and p.used_bytes]
+    this = next((p for p in oom.processes if p.this_process), None)
+    if this is None and own_pool is not None:
+        this = _self_in_namespace(others, own_pool)
+        others = [p for p in others if p is not this]
+    # Without our own numbers, a lone "Process N" line cannot be told apart from this one.
+    certain = this is not None or own_pool is not None or len(others) > 1
+    named = float(sum(p.used_bytes or 0 for p in others))
+    pids = tuple(p.pid for p in others if p.pid is not None)
+    if total is None or oom.free_bytes is None:
+        return _Others(named, 0.0, pids, certain) if others else None
+    this_bytes = this_process_bytes(oom) or (this.used_bytes if this is not None else None)
+    if this_bytes is not None:
+        unaccounted = total - oom.free_bytes - this_bytes - named
+    elif own_pool is not None and not oom.processes:
+        unaccounted = total - oom.free_bytes - own_pool - CONTEXT_ALLOWANCE_BYTES / 4
+    else:
+        unaccounted = 0.0
+    return _Others(named, unaccounted, pids, certain)
+
+
+def _self_in_namespace(others: list[ProcessUsage], own_pool: float) -> ProcessUsage | None:
+    """In a container NVML reports host PIDs, so this process shows up as "Process N".
+
+    The entry whose usage is this process's pool plus a context is taken to be this one.
+    """
+    matches = [
+        p
+        for p in others
+        if p.used_bytes is not None and 0 <= p.used_bytes - own_pool <= CONTEXT_ALLOWANCE_BYTES
+    ]
+    return matches[0] if len(matches) == 1 else None
+
+
+RULE = OtherProcess()

@@ -1,0 +1,129 @@
+"""MD020 xla-temp-buffers: XLA's compiled program needs more memory than fits."""
+
+from __future__ import annotations
+
+from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.facts import Failure, failure, frameworks, specific_library
+from memdoc.rules.spec import LIKELY, POSSIBLE, RuleSpec, bytes_evidence, corroborated, snippet
+from memdoc.trace.reader import Trace
+from memdoc.units import format_bytes
+
+_REMAT = r"by rematerialization|HLO temp|Program hbm requirement|BufferAssignment"
+_XLA_OOM = (
+    r"Out of memory while trying to allocate|Out of memory allocating"
+    r"|Failed to allocate request for|RESOURCE_EXHAUSTED"
+)
+
+
+class XlaTempBuffers(RuleSpec):
+    slug = "xla-temp-buffers"
+    code = "MD020"
+    title = "XLA's compiled program needs more memory than fits"
+    what = """
+XLA compiles a whole jitted function into one program and plans all of its buffers in
+advance: parameters, outputs and temporaries. When the plan's peak exceeds the device, the
+first call fails with `RESOURCE_EXHAUSTED` and a buffer-assignment report listing the
+largest buffers.
+"""
+    why = """
+Inside one compiled program every intermediate of the forward and backward pass can be live
+at once, unless it is rematerialized. Undonated inputs keep both the old and the new version
+of large state (parameters, optimizer state) alive during the update. Large batches and long
+sequences scale the temporaries.
+"""
+    confirm = """
+- The error includes "BufferAssignment OOM Debugging", or "HLO temp" on TPU, or XLA warns
+  that it "Can't reduce memory use below ... by rematerialization".
+- It fails at the first call of a jitted function (compile time), not after many steps.
+- `jax.jit(f).lower(*args).compile().memory_analysis()` shows the temp size.
+"""
+    fixes = (
+        Fix(
+            "jax",
+            "Rematerialize activations in backward",
+            snippet(
+                """
+            import jax
+
+            block_apply = jax.checkpoint(block_apply)
+            """
+            ),
+        ),
+        Fix(
+            "jax",
+            "Donate the buffers the step overwrites",
+            snippet(
+                """
+            import jax
+
+            train_step = jax.jit(train_step, donate_argnums=(0,))  # state is updated in place
+            """
+            ),
+        ),
+        Fix(
+            "jax",
+            "Inspect the compiled program's memory before running it",
+            snippet(
+                """
+            compiled = jax.jit(step).lower(state, batch).compile()
+            print(compiled.memory_analysis())
+            """
+            ),
+        ),
+        Fix("any", "Smaller batch per device", "batch_size = batch_size // 2"),
+    )
+    references = (
+        (
+            "JAX: jax.checkpoint",
+            "https://jax.readthedocs.io/en/latest/_autosummary/jax.checkpoint.html",
+        ),
+        ("JAX: buffer donation", "https://jax.readthedocs.io/en/latest/faq.html#buffer-donation"),
+        (
+            "JAX: GPU memory allocation",
+            "https://jax.readthedocs.io/en/latest/gpu_memory_allocation.html",
+        ),
+    )
+
+    def check(self, trace: Trace) -> Finding | None:
+        fail = failure(trace)
+        if fail is None:
+            return None
+        oom = fail.oom
+        involved = frameworks(trace, oom)
+        if oom.xla_temp_bytes or oom.xla_buffers or oom.kind == "compile" or fail.says(_REMAT):
+            return self._planned(trace, fail, involved)
+        if oom.framework == "jax" and specific_library(oom) is None and fail.says(_XLA_OOM):
+            summary = "XLA could not allocate a buffer for the compiled program."
+            return self.finding(
+                trace,
+                POSSIBLE - 0.05,
+                summary,
+                [bytes_evidence("requested", oom.requested_bytes)] if oom.requested_bytes else [],
+                to_confirm="print `jax.jit(f).lower(...).compile().memory_analysis()`",
+                frameworks=involved,
+            )
+        return None
+
+    def _planned(self, trace: Trace, fail: Failure, involved: list[str]) -> Finding:
+        oom = fail.oom
+        evidence: list[Evidence] = []
+        if oom.xla_temp_bytes:
+            evidence.append(bytes_evidence("temporary buffers of the program", oom.xla_temp_bytes))
+        for description, size in oom.xla_buffers[:3]:
+            evidence.append(bytes_evidence(f"large buffer {description}", size))
+        if oom.requested_bytes:
+            evidence.append(bytes_evidence("requested", oom.requested_bytes))
+        temp_dominates = bool(
+            oom.xla_temp_bytes
+            and oom.requested_bytes
+            and oom.xla_temp_bytes >= 0.5 * oom.requested_bytes
+        )
+        summary = "XLA planned the program's buffers and the plan does not fit"
+        if oom.xla_temp_bytes:
+            summary += f": {format_bytes(oom.xla_temp_bytes)} of temporaries"
+        summary += "."
+        confidence = corroborated(LIKELY + 0.05, temp_dominates, bool(oom.xla_buffers))
+        return self.finding(trace, confidence, summary, evidence, frameworks=involved or ["jax"])
+
+
+RULE = XlaTempBuffers()

@@ -1,0 +1,122 @@
+"""Run the catalogue: diagnose a trace, a run of several ranks, or an error text."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from memdoc.oom import parse_text
+from memdoc.rules.base import Finding, Rule, RunRule
+from memdoc.rules.ranks import rank_of
+from memdoc.rules.registry import all_rules, all_run_rules
+from memdoc.rules.spec import count_evidence
+from memdoc.rules.text_trace import text_trace
+from memdoc.rules.words import explain_in_words
+from memdoc.trace.model import OomInfo
+from memdoc.trace.reader import Run, Trace
+
+__all__ = [
+    "Explanation",
+    "diagnose",
+    "diagnose_run",
+    "explain_in_words",
+    "explain_text",
+    "sort_findings",
+    "to_json",
+]
+
+
+def diagnose(trace: Trace, rules: Sequence[Rule] | None = None) -> list[Finding]:
+    """Every rule's finding on this trace, most confident first.
+
+    A rule that raises is left out and named in `trace.warnings`: one broken rule must not
+    hide what the others found.
+    """
+    findings: list[Finding] = []
+    for rule in all_rules() if rules is None else rules:
+        try:
+            finding = rule.check(trace)
+        except Exception as exc:
+            trace.warnings.append(
+                f"rule {rule.slug} failed on this trace ({type(exc).__name__}: {exc}); "
+                "its finding is left out"
+            )
+            continue
+        if finding is not None:
+            findings.append(finding)
+    return sort_findings(findings)
+
+
+def diagnose_run(run: Run, run_rules: Sequence[RunRule] | None = None) -> list[Finding]:
+    """Findings of every rank, merged per rule, plus the cross-rank findings."""
+    if len(run.traces) == 1:
+        return diagnose(run.traces[0])
+    per_rank = [
+        dataclasses.replace(f, rank=rank_of(run, trace))
+        for trace in run.traces
+        for f in diagnose(trace)
+    ]
+    findings = _merge_ranks(per_rank, len(run.traces))
+    for rule in all_run_rules() if run_rules is None else run_rules:
+        try:
+            findings.extend(rule.check_run(run))
+        except Exception as exc:
+            run.traces[0].warnings.append(
+                f"rule {rule.slug} failed on this run ({type(exc).__name__}: {exc}); "
+                "its finding is left out"
+            )
+    return sort_findings(findings)
+
+
+def _merge_ranks(findings: Iterable[Finding], ranks: int) -> list[Finding]:
+    """One finding per rule: the most confident rank's, saying where else it was seen."""
+    by_rule: dict[str, list[Finding]] = {}
+    for finding in findings:
+        by_rule.setdefault(finding.rule, []).append(finding)
+    merged: list[Finding] = []
+    for same in by_rule.values():
+        best = max(same, key=lambda f: f.confidence)
+        seen = sorted({f.rank for f in same if f.rank is not None})
+        if len(seen) > 1:
+            note = count_evidence(
+                f"ranks where it was seen ({', '.join(map(str, seen))}) of {ranks}", len(seen)
+            )
+            best = dataclasses.replace(best, evidence=(*best.evidence, note))
+        merged.append(best)
+    return merged
+
+
+def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """Most confident first; equal confidence in catalogue order."""
+    return sorted(findings, key=lambda f: (-f.confidence, f.code))
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """What `memdoc explain` says about a text: its last memory error, and why."""
+
+    oom: OomInfo | None
+    findings: list[Finding] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def explain_text(text: str) -> Explanation:
+    """The last memory error in a text and what the catalogue says about it.
+
+    A text with no memory error gives an explanation with no OOM and no findings.
+    """
+    oom = parse_text(text)
+    if oom is None:
+        return Explanation(None)
+    trace = text_trace(text, oom)
+    return Explanation(oom, diagnose(trace), list(trace.warnings))
+
+
+def to_json(oom: OomInfo | None, findings: Sequence[Finding]) -> dict[str, Any]:
+    """The output contract of `memdoc explain --json` and `memdoc diagnose --json`."""
+    return {
+        "oom": oom.to_dict() if oom is not None else None,
+        "findings": [f.to_dict() for f in findings],
+    }

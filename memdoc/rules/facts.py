@@ -1,0 +1,275 @@
+"""Facts rules share about a trace: the failing OOM and its stack, devices, the step curve."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from memdoc.trace.model import FRAMEWORK_PREFIXES, Event, EventKind, Metric, OomInfo
+from memdoc.trace.model import framework_metric as fw_metric
+from memdoc.trace.reader import Series, StepStat, Trace, oom_of
+
+GPU_FRAMEWORKS = tuple(FRAMEWORK_PREFIXES)
+_FRAME_RE = re.compile(r"^(?P<file>.*):(?P<line>\d+):(?P<function>[^:]*)$")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The memory error a trace ended with (else its first), and what surrounds it."""
+
+    oom: OomInfo
+    t: float
+    pid: int | None
+    stack: tuple[str, ...] = ()  # "file:line:function", outermost first
+    source: tuple[str, ...] = ()  # code lines of a traceback, when an error text showed them
+    context: str = ""  # the exception message or log text around the error
+    stats: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def functions(self) -> list[str]:
+        """Function names of the stack, outermost first."""
+        return [frame_parts(frame)[2] for frame in self.stack]
+
+    @property
+    def files(self) -> list[str]:
+        return [frame_parts(frame)[0] for frame in self.stack]
+
+    def says(self, pattern: str) -> bool:
+        """True when the message, the log around it or the traceback code matches `pattern`."""
+        regex = re.compile(pattern, re.IGNORECASE)
+        texts = (self.oom.message, self.context, *self.source)
+        return any(regex.search(text) for text in texts if text)
+
+    def in_frames(self, file_pattern: str = "", function_pattern: str = "") -> bool:
+        """True when a frame's file and function match both patterns (empty matches all)."""
+        file_re = re.compile(file_pattern, re.IGNORECASE)
+        function_re = re.compile(function_pattern or ".*", re.IGNORECASE)
+        for frame in self.stack:
+            file, _, function = frame_parts(frame)
+            if file_re.search(file) and function_re.fullmatch(function):
+                return True
+        return False
+
+
+def frame_parts(frame: str) -> tuple[str, int | None, str]:
+    """("train.py", 12, "main") from "train.py:12:main"; tolerant of odd frames."""
+    match = _FRAME_RE.match(frame)
+    if match is None:
+        return frame, None, ""
+    return match["file"], int(match["line"]), match["function"]
+
+
+def failure(trace: Trace) -> Failure | None:
+    """The OOM that ended the run (else the first recorded), with its stack and context."""
+    events = trace.oom_events()
+    if not events:
+        return None
+    event = events[0]
+    if trace.exit is not None and trace.exit.status not in (0, None):
+        event = events[-1]
+    oom = oom_of(event)
+    if oom is None:
+        return None
+    exception = _exception_near(trace, event)
+    stack = _strings(event.data.get("stack")) or (
+        _strings(exception.data.get("stack")) if exception else ()
+    )
+    return Failure(
+        oom=oom,
+        t=event.t,
+        pid=event.pid,
+        stack=stack,
+        source=_strings(exception.data.get("source")) if exception else (),
+        context=str(exception.data.get("message", "")) if exception else "",
+        stats=event.data.get("stats") or {},
+    )
+
+
+def _exception_near(trace: Trace, oom_event: Event) -> Event | None:
+    """The exception recorded with the OOM (same process, within a second)."""
+    best: Event | None = None
+    for event in trace.events(EventKind.EXCEPTION):
+        if event.pid == oom_event.pid and abs(event.t - oom_event.t) <= 1.0:
+            best = event
+    return best
+
+
+def _strings(value: object) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)):
+        return ()
+    return tuple(str(v) for v in value)
+
+
+# Libraries an error can name, as people write them.
+LIBRARY_NAMES = {"cudnn": "cuDNN", "cublas": "cuBLAS", "nccl": "NCCL", "trt": "TensorRT"}
+# Libraries whose handle or workspace lives outside the framework's pool.
+OUTSIDE_POOL_LIBRARIES = ("cudnn", "cublas", "nccl")
+# TensorFlow's cap on convolution autotuning scratch space: a limit, not a full device.
+WORKSPACE_LIMIT = r"exceeds the memory limit of|No algorithm worked|Profiling failure on CUDNN"
+
+
+def specific_library(oom: OomInfo) -> str | None:
+    """The library the error names; None for a plain CUDA or allocator failure."""
+    return None if oom.library in (None, "cuda", "nvml") else oom.library
+
+
+def starved_library(fail: Failure) -> bool:
+    """A library outside the framework's pool found no memory (not a configured limit)."""
+    return fail.oom.library in OUTSIDE_POOL_LIBRARIES and not fail.says(WORKSPACE_LIMIT)
+
+
+def library_name(oom: OomInfo) -> str:
+    """ "cuDNN", "NCCL"... for the library the error names, or "a CUDA allocation"."""
+    library = specific_library(oom)
+    return LIBRARY_NAMES.get(library or "", library or "a CUDA allocation")
+
+
+# -- frameworks and devices -----------------------------------------------------------------
+
+
+def frameworks(trace: Trace, oom: OomInfo | None = None) -> list[str]:
+    """GPU frameworks involved: those the program imported, and the one the error names."""
+    found = [f for f in trace.frameworks() if f in GPU_FRAMEWORKS]
+    if oom is not None and oom.framework in GPU_FRAMEWORKS and oom.framework not in found:
+        found.insert(0, oom.framework)
+    return found
+
+
+def failed_device(trace: Trace, oom: OomInfo | None) -> int | None:
+    """The device the error names, else the GPU whose memory peaked highest."""
+    if oom is not None and oom.device is not None:
+        return oom.device
+    best: tuple[float, int] | None = None
+    for device in trace.devices():
+        if device.index < 0:
+            continue
+        used = device_peak_used(trace, device.index)
+        if used is not None and (best is None or used > best[0]):
+            best = (used, device.index)
+    return best[1] if best else None
+
+
+def device_total(trace: Trace, device: int | None, oom: OomInfo | None = None) -> int | None:
+    """Capacity of the device in bytes, from the error text or the trace."""
+    if oom is not None and oom.total_bytes:
+        return oom.total_bytes
+    if device is None or device < 0:
+        return None
+    return trace.device_total_bytes(device)
+
+
+def device_peak_used(trace: Trace, device: int) -> float | None:
+    """Highest NVML used bytes of a device, else the highest framework reserved there."""
+    used = trace.series(Metric.GPU_USED, device=device)
+    if used is not None and (top := used.max()) is not None:
+        return top[1]
+    reserved = [s.max() for s in trace.framework_series(Metric.RESERVED, device).values()]
+    values = [top[1] for top in reserved if top is not None]
+    return max(values) if values else None
+
+
+def sum_at(trace: Trace, metric: str, device: int | None, t: float) -> float | None:
+    """Sum over processes of a metric's last value at or before `t` on a device."""
+    values = [v for s in trace.series_for(metric, device=device) if (v := s.at(t)) is not None]
+    return sum(values) if values else None
+
+
+def framework_at(trace: Trace, quantity: str, device: int | None, t: float) -> float | None:
+    """Sum over frameworks and processes of a framework quantity at `t` on a device."""
+    values = [
+        v
+        for framework in GPU_FRAMEWORKS
+        if (v := sum_at(trace, fw_metric(framework, quantity), device, t)) is not None
+    ]
+    return sum(values) if values else None
+
+
+def series_named(trace: Trace, metric: str) -> list[Series]:
+    """Every series of a metric, whatever its device and process."""
+    found = (trace.series(k.metric, k.device, k.pid) for k in trace.series_keys())
+    return [s for s in found if s is not None and s.key.metric == metric]
+
+
+def framework_devices(trace: Trace) -> dict[str, set[int]]:
+    """{framework: GPU device indexes it holds memory on} from its recorded series."""
+    out: dict[str, set[int]] = {}
+    for key in trace.series_keys():
+        for framework, prefix in FRAMEWORK_PREFIXES.items():
+            if key.metric.startswith(prefix + ".") and key.device is not None and key.device >= 0:
+                out.setdefault(framework, set()).add(key.device)
+    return out
+
+
+# -- the memory curve at step boundaries ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One memory series read at step boundaries: what it measures, and per-step stats."""
+
+    label: str
+    metric: str
+    device: int | None
+    pid: int | None
+    steps: list[StepStat]
+
+    @property
+    def on_host(self) -> bool:
+        return self.metric == Metric.HOST_RSS
+
+
+def step_curve(trace: Trace, device: int | None = None) -> Curve | None:
+    """Framework allocated memory on `device` (or the busiest GPU); host RSS without GPU data."""
+    candidates: list[tuple[str, Series]] = []
+    for framework in GPU_FRAMEWORKS:
+        metric = fw_metric(framework, Metric.ALLOCATED)
+        for key in trace.series_keys():
+            if key.metric != metric or key.device is None or key.device < 0:
+                continue
+            if device is not None and key.device != device:
+                continue
+            series = trace.series(key.metric, key.device, key.pid)
+            if series is not None and len(series):
+                candidates.append((framework, series))
+    if candidates:
+        framework, series = max(candidates, key=lambda c: max(c[1].values))
+        key = series.key
+        label = f"{framework_name(framework)} allocated on GPU {key.device}"
+        return Curve(label, key.metric, key.device, key.pid, trace.per_step(*_key(series)))
+    if trace.series(Metric.HOST_RSS) is not None:
+        steps = trace.per_step(Metric.HOST_RSS)
+        return Curve("host RSS of the process tree", Metric.HOST_RSS, None, None, steps)
+    return None
+
+
+def curve_capacity(trace: Trace, curve: Curve, oom: OomInfo | None) -> float | None:
+    """What the curve can grow to: the cgroup limit or RAM for the host, else the device."""
+    if curve.on_host:
+        for metric in (Metric.CGROUP_LIMIT, Metric.HOST_TOTAL):
+            series = trace.series(metric)
+            if series is not None and (last := series.last()) is not None:
+                return last[1]
+        return None
+    return device_total(trace, curve.device, oom)
+
+
+def _key(series: Series) -> tuple[str, int | None, int | None]:
+    return series.key.metric, series.key.device, series.key.pid
+
+
+def framework_name(framework: str) -> str:
+    return {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "jax": "JAX"}.get(
+        framework, framework
+    )
+
+
+def device_name(device: int | None) -> str:
+    if device is None:
+        return "the device"
+    return "the host" if device < 0 else f"GPU {device}"
+
+
+def baselines(steps: Iterable[StepStat]) -> list[float]:
+    return [s.baseline for s in steps if s.baseline is not None]

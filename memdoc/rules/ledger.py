@@ -1,0 +1,47 @@
+"""What an OOM's own numbers say about this process: its pool, its unused cache, its share."""
+
+from __future__ import annotations
+
+from memdoc.trace.model import OomInfo
+
+# The share of a device below which cached memory cannot change the outcome.
+SIGNIFICANT_SHARE = 0.02
+
+
+def this_process_bytes(oom: OomInfo) -> int | None:
+    """What NVML said this process held, unless the value is a sentinel (above the device)."""
+    value = oom.this_process_bytes
+    if value is None or (oom.total_bytes is not None and value > oom.total_bytes):
+        return None
+    return value
+
+
+def pool_bytes(oom: OomInfo) -> int | None:
+    """The framework's pool (reserved, or TensorFlow's BFC region in use)."""
+    if oom.reserved_bytes is not None:
+        return oom.reserved_bytes
+    if oom.allocated_bytes is not None and oom.reserved_unallocated_bytes is not None:
+        return oom.allocated_bytes + oom.reserved_unallocated_bytes
+    return oom.bfc_in_use_bytes
+
+
+def held_bytes(oom: OomInfo) -> int | None:
+    """Everything the error says this process held on the device."""
+    own = this_process_bytes(oom)
+    return own if own is not None else pool_bytes(oom)
+
+
+def cached_unused_bytes(oom: OomInfo) -> int | None:
+    """Memory the allocator holds but has not handed out (PyTorch cache, BFC free chunks)."""
+    if oom.reserved_unallocated_bytes is not None:
+        return oom.reserved_unallocated_bytes
+    if oom.reserved_bytes is not None and oom.allocated_bytes is not None:
+        return oom.reserved_bytes - oom.allocated_bytes
+    if oom.bfc_limit_bytes is not None and oom.bfc_in_use_bytes is not None:
+        return oom.bfc_limit_bytes - oom.bfc_in_use_bytes
+    return None
+
+
+def significant(num_bytes: float, total_bytes: float | None) -> bool:
+    """Whether an amount matters on this device (always, when the size is unknown)."""
+    return total_bytes is None or num_bytes >= SIGNIFICANT_SHARE * total_bytes

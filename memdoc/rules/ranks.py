@@ -1,0 +1,215 @@
+"""Cross-rank rules: which rank failed first, and memory skew between ranks."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from memdoc.rules.base import Finding, Fix
+from memdoc.rules.facts import GPU_FRAMEWORKS, series_named
+from memdoc.rules.spec import (
+    LIKELY,
+    RuleSpec,
+    bytes_evidence,
+    corroborated,
+    count_evidence,
+    ratio_evidence,
+    seconds_evidence,
+    snippet,
+)
+from memdoc.trace.model import Metric, framework_metric
+from memdoc.trace.reader import Run, Trace
+from memdoc.units import GiB, format_bytes, format_duration
+
+SKEW_RATIO = 1.25
+SKEW_MIN_BYTES = 1 * GiB
+
+
+def rank_of(run: Run, trace: Trace) -> int:
+    """The trace's rank, else its position among the run's traces."""
+    return trace.rank if trace.rank is not None else run.traces.index(trace)
+
+
+class _CrossRankRule(RuleSpec):
+    """A catalogue entry that compares ranks; a single trace never triggers it."""
+
+    def check(self, trace: Trace) -> Finding | None:
+        return None
+
+    def check_run(self, run: Run) -> list[Finding]:
+        raise NotImplementedError
+
+    def ranked(self, finding: Finding, rank: int) -> Finding:
+        return dataclasses.replace(finding, rank=rank)
+
+
+class RankFailedFirst(_CrossRankRule):
+    slug = "rank-failed-first"
+    code = "MD101"
+    title = "One rank failed first and took the others down"
+    what = """
+In a multi-process job, one rank ran out of memory (or died) first; the other ranks then
+failed or timed out waiting for it in a collective. Their errors are consequences: the first
+failure is the one to explain.
+"""
+    why = """
+Data-parallel ranks wait for each other at every collective. When one dies, the rest hang
+until the NCCL timeout or fail with a communication error, so the last lines of a combined
+log rarely come from the rank that caused it.
+"""
+    confirm = """
+- Compare the wall-clock times of each rank's first error (`memdoc diagnose` reads every
+  rank's trace and does this).
+- The first rank's error is a memory error; the others are timeouts or NCCL errors.
+"""
+    fixes = (
+        Fix(
+            "any", "Diagnose the rank that failed first", "memdoc diagnose run.rank3.memdoc", "bash"
+        ),
+        Fix(
+            "pytorch",
+            "Fail fast instead of hanging when a rank dies",
+            snippet(
+                """
+            import datetime, torch.distributed as dist
+
+            dist.init_process_group("nccl", timeout=datetime.timedelta(minutes=5))
+            """
+            ),
+        ),
+    )
+    references = (
+        (
+            "PyTorch: distributed communication package",
+            "https://pytorch.org/docs/stable/distributed.html",
+        ),
+        ("PyTorch: torchrun (elastic launch)", "https://pytorch.org/docs/stable/elastic/run.html"),
+    )
+
+    def check_run(self, run: Run) -> list[Finding]:
+        if len(run.traces) < 2:
+            return []
+        first = run.failed_first()
+        if first is None:
+            return []
+        times = {id(t): when for t in run.traces if (when := _failed_at(t)) is not None}
+        others = [
+            when for t in run.traces if t is not first and (when := times.get(id(t))) is not None
+        ]
+        ahead = min(others) - times[id(first)] if others else None
+        rank = rank_of(run, first)
+        evidence = [
+            count_evidence("ranks that failed", len(times)),
+            count_evidence("of ranks", len(run.traces)),
+        ]
+        if ahead is not None:
+            evidence.append(seconds_evidence("ahead of the next failure", ahead))
+        summary = f"Rank {rank} failed first" + (
+            f", {format_duration(ahead)} before any other rank."
+            if ahead is not None
+            else "; no other rank failed."
+        )
+        confidence = corroborated(LIKELY - 0.1, bool(others), first.ending_oom() is not None)
+        return [self.ranked(self.finding(first, confidence, summary, evidence), rank)]
+
+
+class RankMemorySkew(_CrossRankRule):
+    slug = "rank-memory-skew"
+    code = "MD102"
+    title = "Ranks use very different amounts of memory"
+    what = """
+One rank's peak memory is well above the others'. With identical model copies, the extra
+comes from uneven data (longer sequences or larger images on one rank), or from work done on
+one rank only (logging, evaluation, gathering results on rank 0).
+"""
+    why = """
+Data-parallel training assumes every rank does the same work. Uneven batches, `if rank ==
+0:` blocks that keep tensors on the GPU, and gathers to a single rank break that, and the
+heaviest rank sets the limit for the whole job.
+"""
+    confirm = """
+- Peak memory per rank differs by more than a quarter (`memdoc diagnose` on all ranks'
+  traces, or `nvidia-smi` while the job runs).
+- The heaviest rank is rank 0, or the rank that got the longest inputs.
+"""
+    fixes = (
+        Fix(
+            "pytorch",
+            "Balance sequence lengths across ranks",
+            snippet(
+                """
+            from torch.utils.data.distributed import DistributedSampler
+
+            # with batches bucketed by length, so every rank gets similar sizes
+            sampler = DistributedSampler(dataset, shuffle=True, drop_last=True)
+            """
+            ),
+        ),
+        Fix(
+            "pytorch",
+            "Move rank-0-only results off the GPU",
+            snippet(
+                """
+            if dist.get_rank() == 0:
+                gathered = [t.cpu() for t in gathered]
+            """
+            ),
+        ),
+    )
+    references = (
+        (
+            "PyTorch: DistributedSampler",
+            "https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler",
+        ),
+        ("PyTorch: DDP notes", "https://pytorch.org/docs/stable/notes/ddp.html"),
+    )
+
+    def check_run(self, run: Run) -> list[Finding]:
+        peaks = {rank_of(run, t): p for t in run.traces if (p := _peak_memory(t)) is not None}
+        if len(peaks) < 2:
+            return []
+        top_rank = max(peaks, key=lambda r: peaks[r])
+        low_rank = min(peaks, key=lambda r: peaks[r])
+        high, low = peaks[top_rank], peaks[low_rank]
+        if low <= 0 or high / low < SKEW_RATIO or high - low < SKEW_MIN_BYTES:
+            return []
+        failed = run.failed_first()
+        top_failed = failed is not None and rank_of(run, failed) == top_rank
+        evidence = [
+            bytes_evidence(f"peak on rank {top_rank}", high),
+            bytes_evidence(f"peak on rank {low_rank}", low),
+            ratio_evidence("highest / lowest", high / low),
+        ]
+        summary = (
+            f"Rank {top_rank} peaked at {format_bytes(high)}, {high / low:.1f}x rank {low_rank} "
+            f"({format_bytes(low)})."
+        )
+        trace = next(t for t in run.traces if rank_of(run, t) == top_rank)
+        finding = self.finding(
+            trace, corroborated(LIKELY - 0.1, top_failed, top_failed), summary, evidence
+        )
+        return [self.ranked(finding, top_rank)]
+
+
+def _failed_at(trace: Trace) -> float | None:
+    ends = [e.t for e in trace.oom_events()]
+    if trace.exit is not None and trace.exit.status not in (0, None):
+        ends.append(trace.exit.t)
+    return trace.header.created_unix + min(ends) if ends else None
+
+
+def _peak_memory(trace: Trace) -> float | None:
+    """The highest framework-allocated memory of the trace, else its host RSS."""
+    best: float | None = None
+    for framework in GPU_FRAMEWORKS:
+        for quantity in (Metric.ALLOCATED, Metric.ALLOCATED_PEAK):
+            for series in series_named(trace, framework_metric(framework, quantity)):
+                top = series.max()
+                if top is not None and (best is None or top[1] > best):
+                    best = top[1]
+    if best is None and (rss := trace.peak(Metric.HOST_RSS)) is not None:
+        best = rss[1]
+    return best
+
+
+RANK_FAILED_FIRST = RankFailedFirst()
+RANK_MEMORY_SKEW = RankMemorySkew()

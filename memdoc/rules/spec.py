@@ -1,0 +1,150 @@
+"""What every catalogue rule declares (identity, documentation, fixes) and how it reports."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.trace.reader import Trace
+from memdoc.units import format_bytes, format_duration, format_percent
+
+# Confidence levels. A finding starts from the level its strongest signal earns; each
+# independent corroborating signal adds at most CORROBORATION, so that two weak signals
+# never add up to a strong one.
+STRONG = 0.8
+LIKELY = 0.6
+POSSIBLE = 0.35
+WEAK = 0.2
+CORROBORATION = 0.1
+# What an error text alone may claim for a cause that needs a recording over time.
+TEXT_ONLY_CAP = 0.35
+
+FRAMEWORK_NAMES = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "jax": "JAX", "any": "Any"}
+
+
+def snippet(text: str) -> str:
+    """A fix's code written as an indented triple-quoted block, dedented and trimmed."""
+    return textwrap.dedent(text).strip("\n")
+
+
+def confidence_word(confidence: float) -> str:
+    """How sure, in a word: strong, likely, possible or weak."""
+    if confidence >= 0.7:
+        return "strong"
+    if confidence >= 0.45:
+        return "likely"
+    if confidence >= 0.25:
+        return "possible"
+    return "weak"
+
+
+def corroborated(base: float, *signals: bool, cap: float = 0.95) -> float:
+    """`base` plus a small step for each independent signal that agrees, capped."""
+    return min(cap, base + CORROBORATION * sum(1 for s in signals if s))
+
+
+class RuleSpec:
+    """A catalogue rule: its identity, documentation parts, fixes, and `check`.
+
+    Subclasses set the class attributes and implement `check`; `doc` is rendered from the
+    parts so that the page, `memdoc rules SLUG` and a finding's fixes never disagree.
+    """
+
+    slug: str = ""
+    code: str = ""
+    title: str = ""
+    what: str = ""
+    why: str = ""
+    confirm: str = ""
+    fixes: tuple[Fix, ...] = ()
+    references: tuple[tuple[str, str], ...] = ()  # (title, url)
+
+    def __init__(self) -> None:
+        self.doc: str = render_doc(self)
+
+    def check(self, trace: Trace) -> Finding | None:
+        raise NotImplementedError
+
+    def finding(
+        self,
+        trace: Trace,
+        confidence: float,
+        summary: str,
+        evidence: Iterable[Evidence],
+        *,
+        to_confirm: str | None = None,
+        frameworks: Sequence[str] = (),
+        extra: dict[str, Any] | None = None,
+    ) -> Finding:
+        """A finding of this rule, with the fixes for the frameworks involved."""
+        return Finding(
+            rule=self.slug,
+            code=self.code,
+            title=self.title,
+            confidence=round(max(0.0, min(1.0, confidence)), 2),
+            summary=summary,
+            evidence=tuple(evidence),
+            fixes=fixes_for(self.fixes, frameworks),
+            to_confirm=to_confirm,
+            rank=trace.rank,
+            extra=dict(extra or {}),
+        )
+
+
+def fixes_for(fixes: Sequence[Fix], frameworks: Sequence[str]) -> tuple[Fix, ...]:
+    """The fixes that apply to these frameworks (all of them when none is known)."""
+    known = [f for f in frameworks if f in FRAMEWORK_NAMES and f != "any"]
+    if not known:
+        return tuple(fixes)
+    chosen = tuple(f for f in fixes if f.framework == "any" or f.framework in known)
+    return chosen or tuple(fixes)
+
+
+def render_doc(rule: RuleSpec) -> str:
+    """The Markdown page of a rule, with the fixed sections in the fixed order."""
+    parts = [
+        f"# {rule.code} `{rule.slug}`: {rule.title}",
+        "## What it is",
+        rule.what.strip(),
+        "## Why it happens",
+        rule.why.strip(),
+        "## How to confirm",
+        rule.confirm.strip(),
+        "## Fixes",
+    ]
+    for fix in rule.fixes:
+        parts.append(f"### {FRAMEWORK_NAMES.get(fix.framework, fix.framework)}: {fix.title}")
+        parts.append(f"```{fix.language}\n{fix.code.strip()}\n```")
+    parts.append("## References")
+    parts.append("\n".join(f"- [{title}]({url})" for title, url in rule.references))
+    return "\n\n".join(parts) + "\n"
+
+
+def bytes_evidence(label: str, num_bytes: float) -> Evidence:
+    """Evidence "label: 1.2 GiB" carrying the number in bytes."""
+    return Evidence(f"{label}: {format_bytes(num_bytes)}", float(num_bytes), "bytes")
+
+
+def ratio_evidence(label: str, ratio: float) -> Evidence:
+    """Evidence "label: 2.3x" carrying the ratio."""
+    return Evidence(f"{label}: {ratio_text(ratio)}", round(ratio, 4), "ratio")
+
+
+def ratio_text(ratio: float) -> str:
+    """ "2.3x", or "11,337,322x" when decimals would only add noise."""
+    return f"{ratio:,.0f}x" if ratio >= 100 else f"{ratio:.1f}x"
+
+
+def share_evidence(label: str, fraction: float) -> Evidence:
+    """Evidence "label: 87%" carrying the fraction in [0, 1]."""
+    return Evidence(f"{label}: {format_percent(fraction)}", round(fraction, 4), "ratio")
+
+
+def count_evidence(label: str, count: float) -> Evidence:
+    return Evidence(f"{label}: {count:g}", float(count), "count")
+
+
+def seconds_evidence(label: str, seconds: float) -> Evidence:
+    return Evidence(f"{label}: {format_duration(seconds)}", round(seconds, 3), "s")

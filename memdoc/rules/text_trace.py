@@ -1,0 +1,61 @@
+"""A text-only trace from an error text: the parsed OOM plus the traceback around it."""
+
+from __future__ import annotations
+
+import re
+
+from memdoc.oom.logtext import strip_prefix
+from memdoc.trace.model import SCHEMA_VERSION, Event, EventKind, Header, OomInfo
+from memdoc.trace.reader import Trace
+
+_TRACEBACK_START = "Traceback (most recent call last)"
+_FRAME = re.compile(
+    r'^File "(?P<file>[^"]{1,500})", line (?P<line>\d{1,9}), in (?P<function>\S{1,200})'
+)
+# How far before the error to look for its traceback and for progress ("epoch 12").
+LOOKBACK_LINES = 300
+CONTEXT_MAX_CHARS = 20_000
+
+
+def text_trace(text: str, oom: OomInfo) -> Trace:
+    """A trace in "text" mode holding the OOM, its traceback frames and the log before it."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    end = _error_line(lines, oom)
+    start = max(0, end - LOOKBACK_LINES)
+    stack, source = _traceback(lines[start : end + 1])
+    context = "\n".join(lines[start : end + 1])[-CONTEXT_MAX_CHARS:]
+    trace = Trace(Header(version=SCHEMA_VERSION, created_unix=0.0, memdoc_version="", mode="text"))
+    trace.add_event(Event(t=0.0, kind=EventKind.OOM, data={"oom": oom.to_dict(), "stack": stack}))
+    trace.add_event(
+        Event(
+            t=0.0,
+            kind=EventKind.EXCEPTION,
+            data={"message": context, "stack": stack, "source": source, "where": "text"},
+        )
+    )
+    return trace
+
+
+def _error_line(lines: list[str], oom: OomInfo) -> int:
+    """0-based index of the last line of the error (the whole text when unknown)."""
+    if oom.line is not None and 1 <= oom.line <= len(lines):
+        return oom.line - 1 + oom.message.count("\n")
+    return len(lines) - 1
+
+
+def _traceback(lines: list[str]) -> tuple[list[str], list[str]]:
+    """Frames ("file:line:function") and their code lines of the last traceback in `lines`."""
+    stripped = [strip_prefix(line) for line in lines]
+    starts = [i for i, line in enumerate(stripped) if line.startswith(_TRACEBACK_START)]
+    begin = starts[-1] if starts else 0
+    stack: list[str] = []
+    source: list[str] = []
+    for index in range(begin, len(stripped)):
+        match = _FRAME.match(stripped[index])
+        if match is None:
+            continue
+        stack.append(f"{match['file']}:{match['line']}:{match['function']}")
+        following = stripped[index + 1] if index + 1 < len(stripped) else ""
+        if following and not _FRAME.match(following) and not following.startswith("^"):
+            source.append(following)
+    return stack, source

@@ -1,0 +1,122 @@
+"""`memdoc explain`: from an error text to the reason and the fix, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from memdoc.cli.main import main
+from tests.conftest import run_memdoc
+from tests.rules.fixture_cases import GOLDEN, RULE_FIXTURES
+
+SGLANG = RULE_FIXTURES / "fragmentation" / "miss-cache-smaller-than-request.txt"
+CROSSFIT = RULE_FIXTURES / "fragmentation" / "hit-reserved-unallocated.txt"
+NOT_MEMORY = (
+    b"Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\nKeyError: 'lr'\n"
+)
+
+# What the user sees for a handful of real messages, reviewed once and kept.
+GOLDEN_INPUTS = {
+    "pytorch-activations": SGLANG,
+    "pytorch-fragmentation": CROSSFIT,
+    "pytorch-other-process": RULE_FIXTURES / "other-process" / "hit-unaccounted-memory.txt",
+    "tensorflow-shape": RULE_FIXTURES / "activations-too-large" / "hit-batch-too-large-tf.txt",
+    "tensorflow-disguised-cudnn": RULE_FIXTURES
+    / "framework-preallocation"
+    / "hit-convolution-algorithm.txt",
+    "jax-buffer-assignment": RULE_FIXTURES / "xla-temp-buffers" / "hit-buffer-assignment.txt",
+    "dataloader-killed": RULE_FIXTURES / "host-oom" / "hit-dataloader-killed.txt",
+}
+
+
+def test_explain_reads_the_error_from_stdin() -> None:
+    result = run_memdoc("explain", input=SGLANG.read_bytes())
+
+    out = result.stdout.decode()
+    assert result.returncode == 0, result.stderr
+    assert out.startswith("PyTorch: out of memory on GPU 0\n")
+    assert "Of 15.6 GiB on GPU 0, 71.2 MiB were free" in out
+    assert "activations-too-large" in out
+
+
+def test_explain_reads_a_log_file_and_puts_the_best_finding_first() -> None:
+    result = run_memdoc("explain", str(CROSSFIT))
+
+    out = result.stdout.decode()
+    assert result.returncode == 0, result.stderr
+    why = out.split("Why, and what to change", 1)[1]
+    assert why.lstrip().startswith("1. Free memory is cached in the pool but not in one piece")
+    assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in why
+
+
+def test_explain_json_prints_the_contract() -> None:
+    result = run_memdoc("explain", str(CROSSFIT), "--json")
+
+    data = json.loads(result.stdout)
+    assert result.returncode == 0
+    assert data["oom"]["framework"] == "pytorch"
+    used = round(36.53 * 1024**3)  # "Process 445260 has 36.53 GiB memory in use"
+    assert data["oom"]["processes"] == [{"pid": 445260, "used_bytes": used, "this_process": False}]
+    assert [f["rule"] for f in data["findings"]][0] == "fragmentation"
+
+
+@pytest.mark.parametrize("as_json", [pytest.param(False, id="text"), pytest.param(True, id="json")])
+def test_a_text_without_a_memory_error_says_so_and_succeeds(as_json: bool) -> None:
+    result = run_memdoc("explain", *(["--json"] if as_json else []), input=NOT_MEMORY)
+
+    assert result.returncode == 0
+    if as_json:
+        assert json.loads(result.stdout) == {"oom": None, "findings": []}
+    else:
+        assert result.stdout.decode() == "No memory error found in this text.\n"
+
+
+@pytest.mark.parametrize(
+    ("make_arg", "message"),
+    [
+        pytest.param(lambda d: str(d / "missing.log"), "no such file", id="missing-file"),
+        pytest.param(lambda d: str(d), "is a folder", id="folder"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, make_arg, message: str) -> None:  # type: ignore[no-untyped-def]
+    result = run_memdoc("explain", make_arg(tmp_path))
+
+    err = result.stderr.decode()
+    assert result.returncode == 2
+    assert err.startswith("memdoc: error: ") and message in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_trace_given_to_explain_points_to_diagnose() -> None:
+    trace = RULE_FIXTURES / "host-oom" / "hit-sigkill-near-limit.memdoc"
+
+    result = run_memdoc("explain", str(trace))
+
+    assert result.returncode == 2
+    assert f"hint: memdoc diagnose {trace}" in result.stderr.decode()
+
+
+def test_binary_garbage_is_read_without_a_traceback() -> None:
+    result = run_memdoc("explain", input=bytes(range(256)) * 64)
+
+    assert result.returncode == 0 and b"Traceback" not in result.stderr
+    assert result.stdout.decode() == "No memory error found in this text.\n"
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN_INPUTS))
+def test_explain_output_matches_its_reviewed_golden(
+    name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "88")
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+
+    assert main(["explain", str(GOLDEN_INPUTS[name])]) == 0
+
+    out = capsys.readouterr().out
+    golden = GOLDEN / f"explain-{name}.txt"
+    if os.environ.get("MEMDOC_UPDATE_GOLDEN"):
+        golden.write_text(out, encoding="utf-8")
+    assert out == golden.read_text(encoding="utf-8")

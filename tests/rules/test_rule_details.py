@@ -1,0 +1,84 @@
+"""Judgements inside rules that the fixtures alone do not pin down."""
+
+from __future__ import annotations
+
+import pytest
+
+from memdoc.rules.engine import explain_text
+from memdoc.rules.spec import confidence_word
+
+
+def _finding(text: str, slug: str) -> float | None:
+    found = [f for f in explain_text(text).findings if f.rule == slug]
+    return found[0].confidence if found else None
+
+
+def test_a_cache_too_small_to_matter_is_only_weak_fragmentation() -> None:
+    # PyTorch 1.x: 31 MiB cached on an 11 GiB card; even defragmented the job was full.
+    text = (
+        "RuntimeError: CUDA out of memory. Tried to allocate 1024.00 KiB (GPU 0; 11.17 GiB total "
+        "capacity; 10.90 GiB already allocated; 576.00 KiB free; 30.96 MiB cached)"
+    )
+
+    confidence = _finding(text, "fragmentation")
+
+    assert confidence is not None and confidence <= 0.25
+
+
+@pytest.mark.parametrize(
+    ("signal", "word"),
+    [
+        pytest.param("Killed", "strong", id="sigkill"),
+        pytest.param("Terminated", "weak", id="sigterm-is-not-memory"),
+    ],
+)
+def test_a_dataloader_worker_death_is_memory_only_when_sigkilled(signal: str, word: str) -> None:
+    text = f"RuntimeError: DataLoader worker (pid 8102) is killed by signal: {signal}.\n"
+
+    confidence = _finding(text, "host-oom")
+
+    assert confidence is not None and confidence_word(confidence) == word
+
+
+def test_a_lone_process_line_without_our_own_numbers_may_be_ourselves() -> None:
+    # Inside a container NVML shows this very process as "Process N".
+    text = (
+        "[rank6]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 270.00 MiB. GPU 6 "
+        "has a total capacity of 23.65 GiB ... Process 2271801 has 23.44 GiB memory in use ...\n"
+    )
+
+    confidence = _finding(text, "other-process")
+
+    assert confidence is not None and confidence <= 0.35
+
+
+@pytest.mark.parametrize(
+    ("log", "fires"),
+    [
+        pytest.param(
+            "Epoch 37/100\nRuntimeError: CUDA error: out of memory\n", True, id="epoch-37"
+        ),
+        pytest.param("CUDA out of memory at 1000th epoch\n", True, id="1000th-epoch"),
+        pytest.param(
+            "max_steps=1000\nRuntimeError: CUDA error: out of memory\n", False, id="a-setting"
+        ),
+    ],
+)
+def test_a_late_failure_in_the_log_makes_a_leak_possible_never_more(log: str, fires: bool) -> None:
+    confidence = _finding(log, "leak-across-steps")
+
+    if fires:
+        assert confidence is not None and 0.25 <= confidence <= 0.35
+    else:
+        assert confidence is None or confidence < 0.25
+
+
+def test_evaluation_frames_point_at_autograd_only_in_pytorch() -> None:
+    tf_predict = (
+        'Traceback (most recent call last):\n  File "infer.py", line 9, in predict\n'
+        "    model.predict(x)\n"
+        "ResourceExhaustedError: OOM when allocating tensor with shape[64,372,32,32] and type "
+        "float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc\n"
+    )
+
+    assert _finding(tf_predict, "eval-without-no-grad") is None
