@@ -1,0 +1,198 @@
+"""What happened in a run: command, machine, devices, frameworks, peaks, and how it ended."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from memdoc.report.ledger import held_series, oom_device
+from memdoc.report.timeline import end_words
+from memdoc.trace import Event, EventKind, Metric, OomInfo, Trace
+from memdoc.trace.model import FRAMEWORK_PREFIXES
+from memdoc.trace.reader import oom_of
+from memdoc.units import format_duration
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How the run ended, in a word (`kind`) and a sentence; `bad` ones are shown in red."""
+
+    kind: str  # ok, oom, host-oom, killed, signal, error, incomplete, imported
+    text: str
+    bad: bool
+    t: float | None = None
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    """One GPU: what it is, and the most this run held on it."""
+
+    index: int
+    name: str
+    total_bytes: int | None
+    peak_held_bytes: int | None  # framework pools (peak-preserving), else the driver's figure
+    peak_used_bytes: int | None  # the whole device, every process (driver)
+
+
+@dataclass(frozen=True)
+class Overview:
+    command: str
+    host: str | None
+    pid: int | None
+    python: str | None
+    memdoc_version: str
+    mode: str
+    started_unix: float
+    duration_s: float
+    rank: int | None
+    world_size: int | None
+    gpus: tuple[GpuRow, ...]
+    frameworks: tuple[tuple[str, str | None], ...]  # (name, version)
+    ending: Ending
+    host_peak_rss_bytes: int | None
+    host_total_bytes: int | None
+    cgroup_limit_bytes: int | None
+    steps: int
+    env: tuple[tuple[str, str], ...]
+    unavailable: tuple[tuple[str, str, str | None], ...]  # (collector, reason, hint)
+    trace_path: str | None
+
+
+def ending_oom_event(trace: Trace) -> Event | None:
+    """The OOM event that ended the run, else the first recorded (as `Trace.ending_oom`)."""
+    events = [e for e in trace.oom_events() if oom_of(e) is not None]
+    if not events:
+        return None
+    failed = trace.exit is not None and trace.exit.status not in (0, None)
+    return events[-1] if failed else events[0]
+
+
+def ending_of(trace: Trace) -> Ending:
+    """The run's end in words: an OOM or a kill first, then the exit status."""
+    event = ending_oom_event(trace)
+    oom = oom_of(event) if event is not None else None
+    end = trace.exit
+    caught = (
+        event is not None
+        and bool(event.data.get("handled"))
+        and end is not None
+        and end.status == 0
+    )
+    if event is not None and oom is not None and not caught:
+        return Ending(*_oom_words(trace, oom), bad=True, t=event.t)
+    if end is None:
+        if trace.header.mode == "import":
+            return Ending("imported", "Imported from another tool's files: no end recorded", False)
+        if trace.is_text_only:
+            return Ending("incomplete", "only an error text: nothing was recorded over time", False)
+        return Ending(
+            "incomplete",
+            "The trace has no end record: memdoc or the machine stopped before the program ended",
+            bad=True,
+            t=trace.duration_s,
+        )
+    at = f" after {format_duration(end.t)}"
+    if end.signal is not None:
+        kind = "killed" if end.signal == 9 else "signal"
+        words = end_words(None, end.signal)
+        return Ending(kind, f"{words[0].upper()}{words[1:]}{at}", True, end.t)
+    if end.exit_code not in (0, None):
+        return Ending(
+            "error", f"Failed with exit code {end.exit_code}{_last_error(trace)}{at}", True, end.t
+        )
+    note = " (an out-of-memory error was caught by the program)" if caught else ""
+    return Ending("ok", f"Finished normally{at}{note}", False, end.t)
+
+
+def _oom_words(trace: Trace, oom: OomInfo) -> tuple[str, str]:
+    if oom.framework == "host" or oom.kind == "host-kill":
+        return "host-oom", "Ran out of host memory"
+    device = oom_device(trace, oom)
+    where = f" on GPU {device}" if device is not None else ""
+    who = f"Rank {trace.rank} ran" if trace.rank is not None else "Ran"
+    return "oom", f"{who} out of GPU memory{where}"
+
+
+def _last_error(trace: Trace) -> str:
+    errors = trace.events(EventKind.EXCEPTION)
+    if not errors:
+        return ""
+    return f" (uncaught {errors[-1].data.get('type', 'exception')})"
+
+
+def gpu_rows(trace: Trace) -> list[GpuRow]:
+    rows: list[GpuRow] = []
+    for info in trace.devices():
+        if info.index < 0:
+            continue
+        used = trace.peak(Metric.GPU_USED, info.index)
+        rows.append(
+            GpuRow(
+                index=info.index,
+                name=info.name,
+                total_bytes=trace.device_total_bytes(info.index),
+                peak_held_bytes=peak_held_bytes(trace, info.index),
+                peak_used_bytes=int(used[1]) if used is not None else None,
+            )
+        )
+    return rows
+
+
+def peak_held_bytes(trace: Trace, device: int) -> int | None:
+    """The most this run held on a device: pool peaks count, so spikes between samples do too."""
+    candidates: list[float] = []
+    series = held_series(trace, device)
+    if series is not None and (best := series.max()) is not None:
+        candidates.append(best[1])
+    for prefix in FRAMEWORK_PREFIXES.values():
+        for peaks in trace.series_for(f"{prefix}.{Metric.RESERVED_PEAK}", device=device):
+            if (best := peaks.max()) is not None:
+                candidates.append(best[1])
+    return int(max(candidates)) if candidates else None
+
+
+def _framework_versions(trace: Trace) -> tuple[tuple[str, str | None], ...]:
+    versions: dict[str, str | None] = {}
+    for event in trace.events(EventKind.FRAMEWORK):
+        name = str(event.data.get("name", ""))
+        version = event.data.get("version")
+        if name and versions.get(name) is None:
+            versions[name] = str(version) if version is not None else None
+    for name in trace.frameworks():
+        versions.setdefault(name, None)
+    return tuple(versions.items())
+
+
+def _last_value(trace: Trace, metric: str) -> int | None:
+    series = trace.series(metric)
+    last = series.last() if series is not None else None
+    return int(last[1]) if last is not None else None
+
+
+def build_overview(trace: Trace) -> Overview:
+    header = trace.header
+    rss = trace.peak(Metric.HOST_RSS)
+    return Overview(
+        command=shlex.join(header.command) if header.command else "",
+        host=header.host,
+        pid=header.pid,
+        python=header.python,
+        memdoc_version=header.memdoc_version,
+        mode=header.mode,
+        started_unix=header.created_unix,
+        duration_s=trace.duration_s,
+        rank=header.rank,
+        world_size=header.world_size,
+        gpus=tuple(gpu_rows(trace)),
+        frameworks=_framework_versions(trace),
+        ending=ending_of(trace),
+        host_peak_rss_bytes=int(rss[1]) if rss is not None else None,
+        host_total_bytes=_last_value(trace, Metric.HOST_TOTAL),
+        cgroup_limit_bytes=_last_value(trace, Metric.CGROUP_LIMIT),
+        steps=len(trace.steps()),
+        env=tuple(sorted(header.env.items())),
+        unavailable=tuple(
+            (s.name, s.reason or "not available", s.hint) for s in trace.unavailable_collectors()
+        ),
+        trace_path=str(trace.path) if trace.path is not None else None,
+    )

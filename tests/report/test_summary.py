@@ -1,0 +1,81 @@
+"""The end-of-run summary: a short diagnosis when something went wrong, else one quiet line."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+from memdoc.report.summary import print_end_of_run
+from memdoc.rules.base import Finding
+from memdoc.rules.engine import diagnose_run
+from memdoc.trace import load_run
+from tests.report.traces import write_clean_h200_run, write_host_only_run, write_oom_run
+
+
+def _findings(trace: Path) -> list[Finding]:
+    return diagnose_run(load_run([trace]))
+
+
+def _summary(paths: list[Path], report: Path | None = None) -> str:
+    stream = io.StringIO()
+    print_end_of_run(paths, stream, report_path=report)
+    return stream.getvalue()
+
+
+def test_a_clean_run_prints_one_quiet_line_with_peaks_and_the_trace(tmp_path: Path) -> None:
+    trace = write_clean_h200_run(tmp_path / "run.memdoc", devices=2)
+
+    out = _summary([trace])
+
+    assert out.count("\n") == 1
+    peaks = r"peak GPU 0 \d+\.\d GiB, GPU 1 \d+\.\d GiB, host 3\.\d GiB"
+    assert re.fullmatch(rf"memdoc: {peaks} · trace {re.escape(str(trace))}\n", out), out
+
+
+def test_the_quiet_line_names_the_report_when_one_was_written(tmp_path: Path) -> None:
+    trace = write_clean_h200_run(tmp_path / "run.memdoc", devices=1)
+
+    out = _summary([trace], report=tmp_path / "run.html")
+
+    assert out.endswith(f" · report {tmp_path / 'run.html'}\n")
+
+
+def test_an_oom_prints_the_ending_the_top_findings_their_fix_and_the_paths(tmp_path: Path) -> None:
+    trace = write_oom_run(tmp_path / "run.memdoc")
+
+    out = _summary([trace], report=tmp_path / "run.html")
+
+    lines = out.splitlines()
+    top = _findings(trace)[0]
+    assert lines[0] == "memdoc: Ran out of GPU memory on GPU 0"
+    assert "71.2 MiB were free" in lines[1]
+    assert f"  1. {top.title} (strong, {round(top.confidence * 100)}%)" in lines
+    assert f"     fix: {top.fixes[0].title}" in lines
+    first_code_line = top.fixes[0].code.strip().splitlines()[0]
+    assert f"       {first_code_line}" in lines
+    assert f"  trace:  {trace}" in lines
+    assert f"  report: {tmp_path / 'run.html'}" in lines
+    assert len(lines) < 25, "short: the details are in diagnose and the report"
+
+
+def test_a_killed_run_says_so_and_points_to_more(tmp_path: Path) -> None:
+    trace = write_host_only_run(tmp_path / "run.memdoc")
+
+    out = _summary([trace])
+
+    assert out.startswith("memdoc: Killed by SIGKILL (signal 9)")
+    assert "host-oom" in {f.rule for f in _findings(trace)}
+    assert all(f"{f.title} (" in out for f in _findings(trace)[:3])
+    assert f"memdoc diagnose {trace}" in out
+    assert f"memdoc report {trace}" in out, "no report yet: say how to get one"
+
+
+def test_an_unreadable_trace_gets_one_line(tmp_path: Path) -> None:
+    junk = tmp_path / "run.memdoc"
+    junk.write_bytes(b"\x00garbage")
+
+    out = _summary([junk])
+
+    assert out.count("\n") == 1
+    assert out.startswith(f"memdoc: trace {junk} cannot be read")
