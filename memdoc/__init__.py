@@ -3,6 +3,6 @@
 from __future__ import annotations
 
 from memdoc.api import mark, step, watch
+from memdoc.version import __version__
 
 __all__ = ["__version__", "mark", "step", "watch"]
-__version__ = "0.1.0"

@@ -173,7 +173,7 @@ def _print_summary(path: Path) -> None:
 
 
 def _version() -> str:
-    from memdoc import __version__
+    from memdoc.version import __version__
 
     return __version__
 

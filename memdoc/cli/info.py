@@ -12,7 +12,7 @@ from typing import Any
 
 import psutil
 
-from memdoc import __version__
+from memdoc.version import __version__
 from memdoc.collectors.host import find_cgroup
 from memdoc.collectors.nvml_gate import NvmlUnavailable, open_gate
 from memdoc.trace.model import allowlisted_env

@@ -7,7 +7,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from memdoc import __version__
+from memdoc.version import __version__
 from memdoc.cli.common import Command
 from memdoc.errors import MemdocError
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 from memdoc.report.allocations import Allocations, load_allocations
@@ -22,6 +21,7 @@ from memdoc.rules.base import Finding
 from memdoc.rules.engine import explain_in_words, sort_findings
 from memdoc.trace import OomInfo, Run, Trace
 from memdoc.trace.reader import oom_of
+from memdoc.version import __version__
 
 RANK_MAX_POINTS = 1000
 
@@ -97,16 +97,8 @@ class ReportData:
             allocations=load_allocations(trace, warnings),
             ranks=tuple(rank_rows(run)) if len(run.traces) > 1 else (),
             warnings=tuple(warnings),
-            memdoc_version=_memdoc_version(),
+            memdoc_version=__version__,
         )
-
-
-def _memdoc_version() -> str:
-    # Not `from memdoc import __version__`: the package imports the layers above this one.
-    try:
-        return metadata.version("memdoc")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def _title(trace: Trace) -> str:

@@ -229,7 +229,7 @@ def _wait_forwarding_signals(child: subprocess.Popen[bytes], *, forward: bool) -
 
 
 def _version() -> str:
-    from memdoc import __version__
+    from memdoc.version import __version__
 
     return __version__
 
