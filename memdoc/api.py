@@ -116,7 +116,9 @@ class watch:
             ProcessInfo(pid=os.getpid(), t=time.time(), ppid=os.getppid(), command=tuple(sys.argv))
         )
         self.session = Session(
-            self._writer, in_process_collectors(host_tree=True, trace_dir=self.path.resolve().parent), interval_s=self.interval
+            self._writer,
+            in_process_collectors(host_tree=True, trace_dir=self.path.resolve().parent),
+            interval_s=self.interval,
         )
         self.session.start()
         push_session(self.session)

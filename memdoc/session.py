@@ -5,10 +5,10 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from dataclasses import replace
 import time
 import traceback
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from types import TracebackType
 from typing import Any
 

@@ -54,5 +54,7 @@ def test_memdoc_imports_no_framework_by_itself() -> None:
         "bad = [m for m in ('torch', 'tensorflow', 'jax', 'pynvml') if m in sys.modules];"
         "print(bad); sys.exit(1 if bad else 0)"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -12,11 +12,11 @@ from typing import Any
 
 import psutil
 
-from memdoc.version import __version__
 from memdoc.collectors.host import find_cgroup
 from memdoc.collectors.nvml_gate import NvmlUnavailable, open_gate
 from memdoc.trace.model import allowlisted_env
 from memdoc.units import format_bytes
+from memdoc.version import __version__
 
 NAME = "info"
 HELP = "show what memdoc can see on this machine (driver, GPUs, frameworks, limits)"

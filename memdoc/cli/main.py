@@ -7,9 +7,9 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from memdoc.version import __version__
 from memdoc.cli.common import Command
 from memdoc.errors import MemdocError
+from memdoc.version import __version__
 
 # One module per command, in the order `memdoc --help` lists them.
 COMMAND_MODULES = (

@@ -48,7 +48,8 @@ class Collector(Protocol):
     `start` is called once after a successful probe, with the session handle for devices,
     processes, steps and events the collector discovers; `sample` returns the values of
     one tick and must not block for long (a slow part keeps its own slower cadence inside).
-    `close` releases what `start` took. A collector never raises out of `sample`: it returns what it has.
+    `close` releases what `start` took. A collector never raises out of `sample`: it
+    returns what it has.
     """
 
     name: str

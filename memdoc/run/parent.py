@@ -120,7 +120,9 @@ def run_program(options: RunOptions) -> RunResult:
     if options.record_allocations:
         env["MEMDOC_RECORD_ALLOCATIONS"] = "1"
     log: IO[bytes] | None = open(options.output_log, "wb") if options.output_log else None  # noqa: SIM115
-    tee = StreamTee(2) if log is None and should_tee(2) else None  # started once signals are blocked
+    tee = (
+        StreamTee(2) if log is None and should_tee(2) else None
+    )  # started once signals are blocked
     stdout: IO[bytes] | int | None = log
     stderr: IO[bytes] | int | None = subprocess.STDOUT if log is not None else None
     if tee is not None:

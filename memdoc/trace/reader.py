@@ -445,7 +445,11 @@ def _apply(trace: Trace, ids: dict[int, SeriesKey], record: Any) -> None:
         for i in range(1, len(record) - 1, 2):
             value = record[i + 1]
             # NaN and infinities are damage: the writer never writes them.
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            if (
+                isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and math.isfinite(value)
+            ):
                 pairs.append((ids[int(record[i])], float(value)))
         trace.add_values(t, pairs)
         return
