@@ -28,7 +28,7 @@ from tests.collectors.nvml_standin import RecordedDevice, RecordedGate, gate_fro
 from tests.conftest import FIXTURES
 
 MiB = 1024**2
-DUAL_A5000 = FIXTURES / "nvml" / "dual_a5000-v13.xml"
+DUAL_A5000 = FIXTURES / "importers" / "nvidia-smi-xml" / "dual_a5000-v13.xml"
 RECORDED_PID = 100477  # the llama-server process in the recording
 
 
