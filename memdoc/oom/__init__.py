@@ -1,0 +1,64 @@
+"""Memory errors from any text: PyTorch, TensorFlow, JAX/XLA, disguised and host forms."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from memdoc.oom import bfc, disguised, host, pytorch, tensorflow, xla
+from memdoc.oom.combine import combine
+from memdoc.oom.logtext import Hit, LogText
+from memdoc.trace.model import OomInfo
+
+__all__ = ["looks_like_memory_error", "parse_all", "parse_text"]
+
+# OomInfo.kind: "allocator" (a framework allocator's OOM, with its statistics where printed),
+# "compile" (XLA buffer assignment or a TPU program that does not fit), "disguised" (cuDNN,
+# cuBLAS, NCCL, driver or NVML failures that are OOMs in disguise; `library` says which),
+# "host-kill" (SIGKILL, `Killed`, the kernel OOM killer), "host-alloc" (a host allocation
+# failed: MemoryError, DefaultCPUAllocator, ENOMEM, bad_alloc), "shm" (/dev/shm full, bus
+# error), "dataloader-killed" (a DataLoader worker died). Numbers stay as printed, even
+# impossible ones (2^64 from NVML); `requested_unknown_huge` flags requests of 1 EiB or more.
+
+# Most specific first: where two parsers read the same line, the earlier one wins.
+_PARSERS: tuple[Callable[[LogText], list[Hit]], ...] = (
+    pytorch.find,
+    tensorflow.find,
+    bfc.find,
+    xla.find,
+    disguised.find,
+    host.find,
+    disguised.find_fallback,
+)
+
+
+def parse_all(text: str) -> list[OomInfo]:
+    """Every memory error in `text`, in order of appearance, echoes of one error merged."""
+    if not isinstance(text, str):
+        text = bytes(text).decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
+    try:
+        log = LogText(text)
+    except MemoryError:
+        return []
+    hits: list[Hit] = []
+    for priority, parser in enumerate(_PARSERS):
+        try:
+            found = parser(log)
+        except Exception:  # one parser's bug must not hide the others' findings
+            continue
+        hits.extend(replace(hit, priority=priority) for hit in found)
+    try:
+        return combine(hits, log)
+    except Exception:  # explain and the OOM hooks must never crash on a log
+        return []
+
+
+def parse_text(text: str) -> OomInfo | None:
+    """The memory error that ended the log (the last one), or None when there is none."""
+    found = parse_all(text)
+    return found[-1] if found else None
+
+
+def looks_like_memory_error(text: str) -> bool:
+    """Whether `text` holds a memory error of any known form."""
+    return bool(parse_all(text))

@@ -1,0 +1,100 @@
+"""What the lines around an error tell: the phase (load, eval, train, compile), the framework."""
+
+from __future__ import annotations
+
+import re
+
+from memdoc.oom.logtext import LogText, Window
+
+LOOKBACK_LINES = 80
+FRAMEWORK_LOOKBACK_LINES = 40
+
+# Frame and source lines that show what the program was doing. The innermost (last) one
+# in the traceback wins: a `from_pretrained` called inside `evaluate` is a load.
+_PHASE = re.compile(
+    r"(?P<load>torch\.load\(|\bin (?:load|_load|load_state_dict|from_pretrained|load_checkpoint"
+    r"|load_model|_load_pretrained_model|load_sharded_checkpoint)\b|\.load_state_dict\("
+    r"|\.from_pretrained\(|Loading checkpoint shards|load_checkpoint\("
+    r"|safetensors\.torch\.load|torch/serialization\.py)"
+    r"|(?P<eval>\bin (?:evaluate|evaluation_loop|eval_step|_eval_step|evaluate_step|validate"
+    r"|validation_step|_validation_step|validation_loop|run_validation|predict"
+    r"|predict_step|prediction_step|test_step|generate|_sample|beam_search|greedy_search)\b"
+    r"|__inference_(?:predict|test)_function|\.generate\(|\.predict\(|\.evaluate\()"
+    r"|(?P<compile>\bin (?:compile_fx|compile_fx_inner|fx_codegen_and_compile|backend_compile"
+    r"|compile_or_get_cached|_cached_compilation|lower_sharding_computation)\b)"
+    r"|(?P<train>\bin (?:train_step|training_step|_training_step|train_one_epoch|train_epoch"
+    r"|backward|fit|train)\b|__inference_train_function|\.backward\(|optimizer\.step\()"
+)
+# The error's own text can run on for a few lines ("[Op:__inference_train_function_1]").
+AFTER_LINES = 12
+_TRACEBACK_START = "Traceback (most recent call last)"
+
+# Substrings that name the framework, checked in this order: jaxlib vendors TensorFlow
+# sources (`external/org_tensorflow`), so JAX cues come first.
+_FRAMEWORK_CUES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "jax",
+        (
+            "jaxlib",
+            "jax._src",
+            "jax/_src",
+            "site-packages/jax/",
+            "xlaruntimeerror",
+            "jaxruntimeerror",
+            "xla_extension",
+            "external/org_tensorflow",
+            "jax.errors",
+        ),
+    ),
+    (
+        "pytorch",
+        (
+            "torch.",
+            "torch/",
+            "pytorch",
+            "c10::",
+            "c10/",
+            "runtimeerror: cuda error",  # c10's C10_CUDA_CHECK wording
+            "runtimeerror: cudnn error",  # ATen's cuDNN check
+            "cuda kernel errors might be asynchronously reported",
+        ),
+    ),
+    (
+        "tensorflow",
+        ("tensorflow", "keras", "errors_impl", "op_requires", "[op:", "{{node", 'op_type="'),
+    ),
+)
+
+
+def phase_at(log: LogText, line: int, end: int | None = None) -> str | None:
+    """The phase the traceback above `line` (or the error text up to `end`) shows, if any."""
+    found: str | None = None
+    start = max(0, line - LOOKBACK_LINES)
+    # Only the traceback that ends here: stop at its header.
+    for index in range(line - 1, start - 1, -1):
+        if _TRACEBACK_START in log.head(index):
+            start = index
+            break
+    last = min(end if end is not None else line, line + AFTER_LINES)
+    for index in range(start, last + 1):
+        for match in _PHASE.finditer(log.head(index)):
+            found = match.lastgroup
+    return found
+
+
+def guess_framework(log: LogText, line: int, window: Window | None = None) -> str | None:
+    """The framework the error text names, else the one the traceback above names."""
+    if window is not None:
+        found = framework_in(" ".join(window.parts)[:4000].lower())
+        if found is not None:
+            return found
+    start = max(0, line - FRAMEWORK_LOOKBACK_LINES)
+    lookback = " ".join(log.lower_head(index, 300) for index in range(start, line))
+    return framework_in(lookback)
+
+
+def framework_in(lowered: str) -> str | None:
+    for framework, cues in _FRAMEWORK_CUES:
+        if any(cue in lowered for cue in cues):
+            return framework
+    return None

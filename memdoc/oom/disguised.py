@@ -1,0 +1,181 @@
+"""OOMs that do not say OOM: cuDNN/cuBLAS/NCCL/driver failures, NVML assert, TensorRT, MXNet."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from memdoc.oom.context import framework_in, guess_framework
+from memdoc.oom.fields import INT, SIZE, first_group, is_huge, loose, to_int
+from memdoc.oom.logtext import Hit, LogText, Window, is_source_line, rank_of, strip_prefix
+from memdoc.trace.model import OomInfo
+
+
+@dataclass(frozen=True)
+class _Form:
+    """A disguised form: its lowercase needle, the library it names, the framework it implies."""
+
+    needle: str
+    library: str | None
+    framework: str | None = None
+
+
+# Some of these also have other causes (CUBLAS_STATUS_ALLOC_FAILED after bad embedding
+# indices; CUDNN_STATUS_NOT_INITIALIZED and "DNN library is not found" after a bad install;
+# NCCL's "unhandled system error" when /dev/shm is small). Public threads settle them as
+# memory often enough that they are reported, as kind "disguised", for the rules to weigh.
+_FORMS = (
+    _Form("cuda error: out of memory", "cuda", "pytorch"),
+    _Form("failed to create cublas handle", "cublas", "tensorflow"),
+    _Form("cublas_status_alloc_failed", "cublas"),
+    _Form("cublas_status_not_initialized", "cublas"),
+    _Form("create cublas handle failed", "cublas"),
+    _Form("cudnn_status_alloc_failed", "cudnn"),
+    _Form("could not create cudnn handle", "cudnn", "tensorflow"),
+    _Form("cudnn_status_not_initialized", "cudnn"),
+    _Form("failed to get convolution algorithm", "cudnn", "tensorflow"),
+    _Form("failed to determine best cudnn convolution algorithm", "cudnn", "jax"),
+    _Form("dnn library is not found", "cudnn", "jax"),
+    _Form("dnn library initialization failed", "cudnn", "jax"),
+    _Form("dnn != nullptr", "cudnn", "jax"),
+    _Form("exceeds the memory limit of", "cudnn", "tensorflow"),
+    _Form("cuda failure 'out of memory'", "nccl"),
+    _Form("failed to cuda calloc", "nccl"),
+    _Form("unhandled system error", "nccl"),
+    _Form("unhandled cuda error", "nccl"),
+    _Form("cuda_error_out_of_memory", "cuda"),
+    _Form("hip_error_outofmemory", "hip"),
+    _Form("hiperroroutofmemory", "hip"),
+    _Form("cudaerrormemoryallocation", "cuda"),
+    _Form("nvml_success ==", "nvml", "pytorch"),
+    _Form("dst tensor is not initialized", None, "tensorflow"),
+)
+_FALLBACK_NEEDLE = "out of memory"
+_REQUESTS = (
+    loose(rf"failed to CUDA calloc ({INT}) bytes"),
+    loose(rf"failed to allocate {SIZE} \(({INT}) bytes\)"),
+    loose(rf"failed to alloc ({INT}) bytes"),
+    loose(rf"Allocating ({INT}) bytes exceeds the memory limit"),
+    loose(rf"requested ({INT}) bytes"),
+)
+_LIMIT = loose(rf"exceeds the memory limit of ({INT}) bytes")
+_TOTAL = loose(rf"total memory reported: ({INT})")
+_DEVICE = (
+    loose(r"(?:CUDA|ROCM|GPU):(\d{1,4})\b"),
+    loose(r"device ordinal (\d{1,4})"),
+    re.compile(r"^[\w.-]{1,80}:\d{1,10}:\d{1,10} \[(\d{1,4})\]"),  # NCCL's host:pid:tid [dev]
+)
+# The generic fallback: "out of memory" said as an error, not as advice or a warning.
+_ERRORISH = re.compile(
+    r"error|fail|fatal|exception|abort|unable|cannot|could not|check failed|\boom\b", re.I
+)
+_ADVICE = re.compile(
+    r"(?:may|might|could|will|would|avoid|prevent|not|before|without) (?:run|running|go|going)"
+    r" out of memory|not a failure",
+    re.I,
+)
+_GPU_WORDS = re.compile(r"cuda|gpu|hip|rocm|device|cudnn|cublas|nccl|nvinfer|\[trt\]", re.I)
+_LIBRARY_WORDS = (
+    ("nccl", "nccl"),
+    ("nvinfer", "trt"),
+    ("[trt]", "trt"),
+    ("tensorrt", "trt"),
+    ("cudnn", "cudnn"),
+    ("cublas", "cublas"),
+)
+
+
+def find(log: LogText) -> list[Hit]:
+    """Every disguised GPU memory failure named by a known form."""
+    hits: list[Hit] = []
+    claimed: set[int] = set()
+    for form in _FORMS:
+        for line, column in log.anchors(form.needle):
+            if line in claimed:
+                continue
+            if form.needle == "nvml_success ==" and "assert" not in log.lower_head(line, 2000):
+                continue
+            claimed.add(line)
+            window = log.window(line, column, max_lines=3)
+            if is_source_line(window.parts[0]):
+                continue
+            hits.append(_hit(log, line, window, form.library, form.framework))
+    return hits
+
+
+def find_fallback(log: LogText) -> list[Hit]:
+    """Any other "out of memory" said as an error: on a GPU if the line names one, else host."""
+    hits: list[Hit] = []
+    for line, column in log.anchors(_FALLBACK_NEEDLE):
+        first = log.lines[line][max(0, column - 200) : column + 200]
+        leading = strip_prefix(first).lower().startswith("out of memory")
+        if not (leading or _ERRORISH.search(first)):
+            continue
+        window = log.window(line, column, max_lines=2)
+        if _ADVICE.search(" ".join(window.parts)[:2000]) or is_source_line(window.parts[0]):
+            continue
+        if _GPU_WORDS.search(first):
+            library = _library_named(first.lower()) or "cuda"
+            hits.append(replace(_hit(log, line, window, library, None, lookback=False), weak=True))
+        else:
+            hits.append(replace(_host_hit(log, line, window), weak=True))
+    return hits
+
+
+def _library_named(lowered: str) -> str | None:
+    for word, library in _LIBRARY_WORDS:
+        if word in lowered:
+            return library
+    return None
+
+
+def _hit(
+    log: LogText,
+    line: int,
+    window: Window,
+    library: str | None,
+    framework: str | None,
+    *,
+    lookback: bool = True,
+) -> Hit:
+    text = window.joined
+    requested = None
+    for pattern in _REQUESTS:
+        requested = to_int(first_group(pattern.search(text)))
+        if requested is not None:
+            break
+    device = None
+    for pattern in _DEVICE:
+        device = to_int(first_group(window.search(pattern)))
+        if device is not None:
+            break
+    named = framework_in(text[:4000].lower())
+    info = OomInfo(
+        framework=named or framework or (lookback and guess_framework(log, line)) or "unknown",
+        kind="disguised",
+        message=window.message(1),
+        device=device,
+        device_type="gpu",
+        requested_bytes=requested,
+        requested_unknown_huge=is_huge(requested),
+        total_bytes=to_int(first_group(_TOTAL.search(text))),
+        limit_bytes=to_int(first_group(_LIMIT.search(text))),
+        library=library,
+        rank=rank_of(log.lines[line][:200]),
+    )
+    key: tuple[object, ...] = (library, requested) if requested is not None else ()
+    return Hit(line=line, end=window.last_line, info=info, rank=info.rank, key=key)
+
+
+def _host_hit(log: LogText, line: int, window: Window) -> Hit:
+    requested = to_int(first_group(_REQUESTS[-1].search(window.parts[0])))
+    info = OomInfo(
+        framework="host",
+        kind="host-alloc",
+        message=window.message(1),
+        device_type="cpu",
+        requested_bytes=requested,
+        requested_unknown_huge=is_huge(requested),
+        rank=rank_of(log.lines[line][:200]),
+    )
+    return Hit(line=line, end=line, info=info, rank=info.rank)

@@ -1,0 +1,262 @@
+"""Host memory failures: SIGKILL/`Killed`, the kernel OOM killer, DataLoader workers, shm."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from memdoc.oom.fields import SIZE, first_group, is_huge, loose, parse_shape, to_bytes, to_int
+from memdoc.oom.logtext import Hit, LogText, rank_of, strip_prefix
+from memdoc.trace.model import OomInfo, ProcessUsage
+
+# Short lines only: a shell's "Killed" line is short, and a 1 MB line must not be rescanned.
+_SHORT = 400
+
+_DATALOADER = loose(
+    r"DataLoader worker \(pid(?:\(s\))? ([^)]{0,200})\)"
+    r" (?:is killed by signal: ([A-Za-z][\w ]{0,40})|exited unexpectedly)"
+)
+_WORKER_BUS_ERROR = loose(r"Unexpected bus error encountered in worker")
+_DMESG_NEEDLES = ("kill process", "killed process", "oom-kill:", "oom_reaper", "invoked oom-killer")
+_DMESG_KILL = re.compile(
+    r"(?:Out of memory|Memory cgroup out of memory|oom-kill)[^\n]{0,80}?:? Kill(?:ed)? process"
+    r" (\d{1,10}) \(([^)]{0,100})\)"
+)
+_KILLED_PROCESS = re.compile(r"Killed process (\d{1,10}) \(([^)]{0,100})\)([^\n]{0,400})")
+_RSS = re.compile(r"\b(?:anon|file|shmem)-rss:\s?(\d{1,20})kB")
+_OOM_KILL_TASK = re.compile(r"oom-kill:[^\n]{0,300}?\bpid=(\d{1,10})")
+_REAPED = re.compile(r"oom_reaper: reaped process (\d{1,10})")
+_INVOKED = re.compile(r"(\S{1,100}) invoked oom-killer")
+_CGROUP_LIMIT = re.compile(r"memory: usage (\d{1,20})kB, limit (\d{1,20})kB")
+_KILLED_LINE = (
+    re.compile(r"^Killed(?::\s?9)?\s*$"),
+    re.compile(r"^(?:\[\d{1,4}\][+-]?\s+)?(?:(\d{1,10})\s+)?Killed\s{2,40}\S"),
+    re.compile(r"line \d{1,6}:\s{0,4}(\d{1,10}) Killed\b"),
+    re.compile(r"^zsh: killed\s"),
+    re.compile(r"\]\s?Killed\s*$"),  # after a progress bar that did not end its line
+)
+_EXIT_STATUS = r"\bexit(?:ed)?(?: with)?(?: code| status|code)\s{0,3}[:=]?\s{0,3}(?:137|-9)\b"
+_EXIT_KILL = (
+    re.compile(_EXIT_STATUS, re.I),
+    re.compile(r"non-zero exit status (?:137|-9)\b"),
+    re.compile(r"<Signals\.SIGKILL: 9>"),
+    re.compile(r"\bSignal 9 \(SIGKILL\)"),
+    re.compile(r"\bOOMKilled\b"),
+    re.compile(r"\bkilled by signal 9\b|\bsignal: killed\b", re.I),
+)
+_EXIT_NEEDLES = (
+    "exit code",
+    "exit status",
+    "exitcode",
+    "exited with code",
+    "signals.sigkill",
+    "signal 9",
+    "oomkilled",
+    "signal: killed",
+)
+_PID = re.compile(r"\(pid:? (\d{1,10})\)|by PID (\d{1,10})|process (\d{1,10})", re.I)
+_TORCHRUN_RANK = re.compile(r"^rank\s{0,8}:\s{0,4}(\d{1,6})")
+_BUS_ERROR = re.compile(r"(?:^|\d\s{1,10}|:\s{0,3})Bus error\b")
+_SHM_CUES = ("/dev/shm", "</torch_", "shared memory", "shm")
+_NUMPY = loose(
+    rf"Unable to allocate ({SIZE}) for an array with shape (\([\d, ]{{0,300}}\))"
+    r" and data type (\w+)"
+)
+_MEMORY_ERROR = re.compile(r"^(?:[\w.]{0,80}\.)?_?(?:Array)?MemoryError\b")
+_REQUESTED = re.compile(r"(?:allocate|mmap) (\d{1,25}) bytes", re.I)
+
+
+def find(log: LogText) -> list[Hit]:
+    """Every host-side memory failure."""
+    hits: list[Hit] = []
+    for finder in _FINDERS:
+        hits.extend(finder(log))
+    return hits
+
+
+def _info(log: LogText, line: int, kind: str, framework: str = "host", **fields: Any) -> OomInfo:
+    info = OomInfo(
+        framework=framework,
+        kind=kind,
+        message=strip_prefix(log.head(line, 1000)),
+        rank=rank_of(log.head(line, 200)),
+    )
+    return replace(info, **fields) if fields else info
+
+
+def _pid_key(pid: int | None) -> tuple[object, ...]:
+    return ("pid", pid) if pid is not None else ()
+
+
+def _dataloader(log: LogText) -> list[Hit]:
+    hits = []
+    for line, column in log.anchors("dataloader worker"):
+        text = log.lines[line][max(0, column - 20) : column + 400]
+        match = _DATALOADER.search(text)
+        if match is None:
+            continue
+        pids = tuple(int(p) for p in re.findall(r"\d{1,10}", match.group(1)))
+        signal = (match.group(2) or "").strip()
+        kind = "shm" if signal.lower().startswith("bus error") else "dataloader-killed"
+        processes = tuple(ProcessUsage(pid=pid, used_bytes=None) for pid in pids)
+        info = _info(log, line, kind, framework="pytorch", processes=processes)
+        hits.append(Hit(line=line, end=line, info=info, rank=info.rank, key=("pids", pids)))
+    for line, _ in log.anchors("unexpected bus error encountered in worker"):
+        info = _info(log, line, "shm", framework="pytorch")
+        hits.append(Hit(line=line, end=line, info=info, rank=info.rank))
+    return hits
+
+
+def _dmesg(log: LogText) -> list[Hit]:
+    hits: list[Hit] = []
+    for needle in _DMESG_NEEDLES:
+        for line, _ in log.anchors(needle):
+            hit = _dmesg_line(log, line)
+            if hit is not None:
+                hits.append(hit)
+    for line, column in log.anchors("failcnt"):
+        match = _CGROUP_LIMIT.search(log.lines[line][max(0, column - 200) : column + 50])
+        if match is not None:
+            info = _info(log, line, "host-kill", limit_bytes=int(match.group(2)) * 1024)
+            hits.append(Hit(line=line, end=line, info=info, role="note", reach=2000))
+    return hits
+
+
+def _dmesg_line(log: LogText, line: int) -> Hit | None:
+    text = log.head(line, 1000)
+    pid: int | None = None
+    used: int | None = None
+    match = _KILLED_PROCESS.search(text)
+    if match is not None:
+        pid = int(match.group(1))
+        rss = [int(kb) * 1024 for kb in _RSS.findall(match.group(3))]
+        used = sum(rss) if rss else None
+    else:
+        other = _DMESG_KILL.search(text) or _OOM_KILL_TASK.search(text) or _REAPED.search(text)
+        if other is not None:
+            pid = int(other.group(1))
+        elif _INVOKED.search(text) is not None:
+            # The report's first line; the victim's pid comes later, after the task list.
+            info = _info(log, line, "host-kill")
+            return Hit(line=line, end=line, info=info, role="prelude", reach=2000, rank=info.rank)
+        else:
+            return None
+    processes = (ProcessUsage(pid=pid, used_bytes=used),)
+    info = _info(log, line, "host-kill", processes=processes)
+    return Hit(line=line, end=line, info=info, rank=info.rank, key=_pid_key(pid))
+
+
+def _killed_lines(log: LogText) -> list[Hit]:
+    hits = []
+    for line, _ in log.anchors("killed"):
+        raw = log.lines[line]
+        if len(raw) > _SHORT:
+            continue
+        text = strip_prefix(raw)
+        if "process" in text.lower() or "dataloader" in text.lower():
+            continue  # the kernel's and the DataLoader's lines have their own parsers
+        for pattern in _KILLED_LINE:
+            match = pattern.search(text)
+            if match is not None:
+                pid = to_int(match.group(1)) if match.groups() else None
+                processes = (ProcessUsage(pid=pid, used_bytes=None),) if pid else ()
+                info = _info(log, line, "host-kill", processes=processes)
+                hits.append(Hit(line=line, end=line, info=info, rank=info.rank, key=_pid_key(pid)))
+                break
+    return hits
+
+
+def _exit_kills(log: LogText) -> list[Hit]:
+    """Exit by SIGKILL: `exit code 137`, torchrun's `exitcode: -9`, `<Signals.SIGKILL: 9>`."""
+    found: dict[int, int] = {}
+    for needle in _EXIT_NEEDLES:
+        for line, column in log.anchors(needle):
+            found.setdefault(line, column)
+    hits = []
+    for line, column in sorted(found.items()):
+        text = log.lines[line][max(0, column - 200) : column + 200]
+        if not any(pattern.search(text) for pattern in _EXIT_KILL):
+            continue
+        pid_match = _PID.search(text)
+        pid = to_int(next((g for g in pid_match.groups() if g), None)) if pid_match else None
+        rank = rank_of(log.head(line, 200))
+        for back in range(1, 4):
+            rank_match = _TORCHRUN_RANK.match(strip_prefix(log.head(line - back, 200)))
+            if rank is None and rank_match is not None:
+                rank = int(rank_match.group(1))
+        processes = (ProcessUsage(pid=pid, used_bytes=None),) if pid else ()
+        info = _info(log, line, "host-kill", processes=processes)
+        if rank is not None:
+            info = replace(info, rank=rank)
+        hits.append(Hit(line=line, end=line, info=info, rank=rank, key=_pid_key(pid)))
+    return hits
+
+
+def _shm(log: LogText) -> list[Hit]:
+    hits = []
+    for line, column in log.anchors("bus error"):
+        text = strip_prefix(log.lines[line][max(0, column - 200) : column + 200])
+        if "dataloader" in text.lower() or _BUS_ERROR.search(text) is None:
+            continue
+        info = _info(log, line, "shm")
+        hits.append(Hit(line=line, end=line, info=info, rank=info.rank))
+    for line, column in log.anchors("no space left on device"):
+        lowered = log.lower[log.starts[line] : log.starts[line] + column + 200][-600:]
+        if not any(cue in lowered for cue in _SHM_CUES):
+            continue
+        framework = "pytorch" if "torch" in lowered else "host"
+        info = _info(log, line, "shm", framework=framework)
+        hits.append(Hit(line=line, end=line, info=info, rank=info.rank))
+    return hits
+
+
+def _host_alloc(log: LogText) -> list[Hit]:
+    """Host allocation failures: MemoryError (numpy), std::bad_alloc, ENOMEM, OpenCV, JVM."""
+    hits = []
+    for line, column in log.anchors("memoryerror"):
+        text = strip_prefix(log.lines[line][max(0, column - 100) : column + 600])
+        if _MEMORY_ERROR.match(text) is None:
+            continue
+        numpy = _NUMPY.search(text)
+        fields: dict[str, Any] = {"device_type": "cpu"}
+        if numpy is not None:
+            requested = to_bytes(numpy.group(1))
+            fields.update(
+                requested_bytes=requested,
+                requested_unknown_huge=is_huge(requested),
+                shape=parse_shape(numpy.group(2).replace("(", "[").replace(")", "]")),
+                dtype=numpy.group(3),
+            )
+        info = _info(log, line, "host-alloc", **fields)
+        hits.append(Hit(line=line, end=line, info=info, rank=info.rank))
+    for needle in (
+        "std::bad_alloc",
+        "cannot allocate memory",
+        "insufficient memory",
+        "java.lang.outofmemoryerror",
+    ):
+        for line, column in log.anchors(needle):
+            text = log.lines[line][max(0, column - 300) : column + 300]
+            requested = to_int(first_group(_REQUESTED.search(text)))
+            info = _info(
+                log,
+                line,
+                "host-alloc",
+                device_type="cpu",
+                requested_bytes=requested,
+                requested_unknown_huge=is_huge(requested),
+            )
+            hits.append(Hit(line=line, end=line, info=info, rank=info.rank))
+    return hits
+
+
+_FINDERS: tuple[Callable[[LogText], list[Hit]], ...] = (
+    _dataloader,
+    _dmesg,
+    _killed_lines,
+    _exit_kills,
+    _shm,
+    _host_alloc,
+)

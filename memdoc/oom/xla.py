@@ -1,0 +1,173 @@
+"""XLA OOM errors (JAX, TPU runtimes): RESOURCE_EXHAUSTED forms, BufferAssignment, HBM reports."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from memdoc.oom.context import guess_framework
+from memdoc.oom.fields import INT, SIZE, first_group, first_known, is_huge, loose, to_bytes, to_int
+from memdoc.oom.logtext import Hit, LogText, Window, rank_of
+from memdoc.trace.model import OomInfo
+
+_NEEDLES = (
+    "out of memory while trying to allocate",
+    "out of memory allocating",
+    "failed to allocate request for",
+    "that was not possible",
+    "ran out of memory in memory space",
+)
+# The request, most exact wording first ("(6727663616B)" beats "6.27GiB").
+_REQUESTS = (
+    loose(rf"Out of memory while trying to allocate ({INT}) bytes"),
+    loose(rf"Out of memory while trying to allocate ({SIZE})"),
+    loose(rf"Out of memory allocating ({INT}) bytes"),
+    loose(rf"Failed to allocate request for {SIZE} \(({INT}) ?B\)"),
+    loose(rf"Failed to allocate request for ({SIZE})"),
+    loose(rf"Attempting to (?:allocate|reserve) ({SIZE})"),
+)
+_ORDINAL = loose(r"device ordinal (\d{1,4})")
+_FREE = loose(rf"There are ({SIZE}) free")
+_HBM_USED = loose(rf"Used ({SIZE}) of ({SIZE}) \w{{1,20}}")
+_HBM_CAPACITY = loose(rf"HBM capacity ({SIZE})")
+_TEMP = (loose(rf"preallocated temp allocation: ({SIZE})"), loose(rf"HLO temp ({SIZE})"))
+_SIZE_LINE = re.compile(rf"^(?:\d{{1,3}}\.\s{{0,3}})?Size: ({SIZE})", re.IGNORECASE)
+_LABEL_LINE = re.compile(r"^XLA Label: (\S{1,100})")
+_SHAPE_LINE = re.compile(r"^(?:Shape|Entry Parameter Subshape): (\S{1,300})")
+_KIND_LINE = re.compile(r"^Allocation type: (.{1,60})$")
+_OP_NAME = re.compile(r'op_name="([^"]{1,400})"')
+_PROGRAM = re.compile(r"^((?:p?jit|pmap|xmap|shard_map)\([\w.<>-]{1,200}\))")
+_MODULE = re.compile(r"HloModule ([\w.-]{1,200})|module (jit_[\w.-]{1,200})")
+_COMPILE_CUES = ("bufferassignment", "program hbm requirement", "ran out of memory in memory space")
+_TPU_CUES = ("hbm", "tpu", "bottom of memory")
+_GPU_CUES = ("gpu", "cuda", "rocm", "device ordinal", "_bfc")
+# Wordings only XLA's GPU/CPU clients use; with no other cue they point to JAX.
+_JAX_WORDINGS = ("out of memory while trying", "out of memory allocating", "allocate request for")
+MAX_BUFFERS = 20
+
+
+@dataclass
+class _Buffer:
+    size: int
+    label: str | None = None
+    shape: str | None = None
+    op: str | None = None
+
+    def describe(self) -> str:
+        text = " ".join(part for part in (self.label, self.shape) if part) or "buffer"
+        return f"{text} ({self.op[:160]})" if self.op else text
+
+
+def find(log: LogText) -> list[Hit]:
+    """Every XLA RESOURCE_EXHAUSTED error, with its buffer report."""
+    anchors: dict[int, int] = {}
+    for needle in _NEEDLES:
+        for line, column in log.anchors(needle):
+            anchors.setdefault(line, column)
+    hits = []
+    for line in sorted(anchors):
+        window = log.window(
+            line, anchors[line], max_lines=800, max_chars=20000, stop_at=_NEEDLES, blank_lines=2
+        )
+        hits.append(_hit(log, line, window))
+    return hits
+
+
+def _hit(log: LogText, line: int, window: Window) -> Hit:
+    text = window.joined
+    lowered = text[:20000].lower()
+    requested = None
+    for pattern in _REQUESTS:
+        requested = to_bytes(first_group(pattern.search(text)))
+        if requested is not None:
+            break
+    buffers = _buffers(window)
+    hbm = _HBM_USED.search(text)
+    capacity = to_bytes(first_group(_HBM_CAPACITY.search(text)))
+    total = first_known(to_bytes(first_group(hbm, 2)), capacity)
+    temp = None
+    for pattern in _TEMP:
+        if temp is None:
+            temp = to_bytes(first_group(pattern.search(text)))
+    start = line
+    if "resource exhausted" not in lowered and "resource exhausted" in log.lower_head(line - 1):
+        start = line - 1  # "Resource exhausted: From /job:tpu_worker/...:" heads the message
+    info = OomInfo(
+        framework=_framework(log, line, window, lowered),
+        kind="compile" if any(cue in lowered for cue in _COMPILE_CUES) else "allocator",
+        message=window.message(min(len(window.parts), 12)),
+        device=to_int(first_group(_ORDINAL.search(text))),
+        device_type=_device_type(lowered),
+        requested_bytes=requested,
+        requested_unknown_huge=is_huge(requested),
+        total_bytes=total,
+        free_bytes=to_bytes(first_group(_FREE.search(text))),
+        xla_program=_program(window, buffers),
+        xla_buffers=tuple((b.describe(), b.size) for b in buffers),
+        xla_temp_bytes=temp,
+        rank=rank_of(log.lines[line][:200]),
+    )
+    return Hit(
+        line=start,
+        end=window.last_line,
+        info=info,
+        rank=info.rank,
+        key=(requested,) if requested is not None else (),
+    )
+
+
+def _framework(log: LogText, line: int, window: Window, lowered: str) -> str:
+    guessed = guess_framework(log, line, window)
+    if guessed is not None:
+        return guessed
+    if any(wording in lowered for wording in _JAX_WORDINGS):
+        return "jax"
+    return "unknown"
+
+
+def _device_type(lowered: str) -> str | None:
+    if any(cue in lowered for cue in _TPU_CUES):
+        return "tpu"
+    if any(cue in lowered for cue in _GPU_CUES):
+        return "gpu"
+    return None
+
+
+def _buffers(window: Window) -> list[_Buffer]:
+    """Peak buffers (GPU) or largest program allocations (TPU), largest first."""
+    buffers: list[_Buffer] = []
+    for raw in window.parts:
+        part = raw.strip()
+        size_match = _SIZE_LINE.match(part)
+        if size_match is not None:
+            size = to_bytes(size_match.group(1))
+            if size is not None:
+                buffers.append(_Buffer(size=size))
+            continue
+        if not buffers:
+            continue
+        current = buffers[-1]
+        label = first_group(_LABEL_LINE.match(part)) or first_group(_KIND_LINE.match(part))
+        if label and current.label is None:
+            current.label = label
+        shape = first_group(_SHAPE_LINE.match(part))
+        if shape and current.shape is None:
+            current.shape = shape
+        op = first_group(_OP_NAME.search(part))
+        if op and current.op is None:
+            current.op = op
+    buffers.sort(key=lambda b: b.size, reverse=True)
+    return buffers[:MAX_BUFFERS]
+
+
+def _program(window: Window, buffers: list[_Buffer]) -> str | None:
+    """The jitted program: `jit(train_step)` from the op names, else the HLO module name."""
+    for buffer in buffers:
+        if buffer.op:
+            found = first_group(_PROGRAM.match(buffer.op))
+            if found:
+                return found
+    module = window.search(_MODULE)
+    if module is not None:
+        return module.group(1) or module.group(2)
+    return None

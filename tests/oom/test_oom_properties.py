@@ -1,0 +1,104 @@
+"""For any text the parsers answer, never raise, and keep their answers consistent."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from oomtext import CATALOGUE, FORMATS, fenced_blocks, jsonl, text_of
+
+from memdoc.oom import looks_like_memory_error, parse_all, parse_text
+from memdoc.trace.model import OomInfo
+
+REAL = [text for name in (CATALOGUE, FORMATS) for _, text in fenced_blocks(name)]
+REAL += [entry["error_text"] for entry in jsonl("oom-corpus-dev.jsonl")]
+REAL += [entry["error_text"] for entry in jsonl("non-memory-errors.jsonl")[:10]]
+REAL.append(text_of("tf-cpu-bfc-dump.txt"))
+
+# Pieces that sit next to numbers and units in real messages, and numbers no parser expects.
+JUNK = [
+    "1e999",
+    "nan GiB",
+    "inf MiB",
+    "-1 GiB",
+    "1" * 400,
+    "9" * 5000 + " GiB",
+    "0." + "0" * 300 + "1 KiB",
+    "18446744073709551616 bytes",
+    "Tried to allocate ",
+    "Process ",
+    " has ",
+    " memory in use. ",
+    "shape[",
+    "] and type ",
+    "[rank",
+    "]: ",
+    "E   ",
+    "InUse:",
+    "MaxInUse:",
+    "Stats: ",
+    "Bin (",
+    "Killed",
+    "exit code 137",
+    "(pid: ",
+    "Size: ",
+    "Buffer 1:",
+    "rounded to ",
+    "\n",
+    "\r",
+    "\r\n",
+    "\t",
+    " ",
+    "",
+]
+
+fragment = st.one_of(
+    st.sampled_from(REAL),
+    st.builds(
+        lambda text, start, length: text[start : start + length],
+        st.sampled_from(REAL),
+        st.integers(0, 600),
+        st.integers(0, 900),
+    ),
+    st.sampled_from(JUNK),
+    st.text(max_size=30),
+    st.integers(-(10**30), 10**30).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(lambda f: f"{f} GiB"),
+)
+spliced = st.lists(fragment, max_size=10).map("".join)
+
+
+def check_answers(text: str) -> list[OomInfo]:
+    found = parse_all(text)
+    assert isinstance(found, list)
+    assert all(isinstance(info, OomInfo) for info in found)
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").count("\n") + 1
+    for info in found:
+        assert info.line is not None and 1 <= info.line <= lines
+        assert OomInfo.from_dict(info.to_dict()) == info
+    assert [info.line for info in found] == sorted(info.line or 0 for info in found)
+    last = parse_text(text)
+    assert last == (found[-1] if found else None)
+    assert looks_like_memory_error(text) is (last is not None)
+    return found
+
+
+@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text())
+def test_any_text_gets_an_answer_and_no_exception(text: str) -> None:
+    check_answers(text)
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spliced)
+def test_real_fragments_spliced_with_junk_get_consistent_answers(text: str) -> None:
+    check_answers(text)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spliced, st.integers(1, 40))
+def test_lines_of_noise_before_a_text_only_move_its_errors_down(text: str, count: int) -> None:
+    noise = "2024-05-01 12:00:00 INFO step 10 loss=0.5000\n" * count
+    moved = parse_all(noise + text)
+    assert moved == [replace(info, line=(info.line or 0) + count) for info in parse_all(text)]
