@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import os
-import socket
 import sys
 import threading
 import time
@@ -93,24 +92,11 @@ class watch:
 
     def __enter__(self) -> watch:
         from memdoc.collectors.registry import in_process_collectors
-        from memdoc.trace.model import SCHEMA_VERSION, Header, ProcessInfo, allowlisted_env
+        from memdoc.session import header_for_this_process
+        from memdoc.trace.model import ProcessInfo
         from memdoc.trace.writer import TraceWriter
 
-        header = Header(
-            version=SCHEMA_VERSION,
-            created_unix=time.time(),
-            memdoc_version=_version(),
-            command=tuple(sys.argv),
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            cwd=os.getcwd(),
-            python=sys.version.split()[0],
-            interval_s=self.interval,
-            env=allowlisted_env(os.environ),
-            rank=_int_env("RANK"),
-            world_size=_int_env("WORLD_SIZE"),
-            mode="watch",
-        )
+        header = header_for_this_process(sys.argv, interval_s=self.interval, mode="watch")
         self._writer = TraceWriter(self.path, header, force=self.force)
         self._writer.process(
             ProcessInfo(pid=os.getpid(), t=time.time(), ppid=os.getppid(), command=tuple(sys.argv))
@@ -172,17 +158,3 @@ def _print_summary(path: Path) -> None:
         print_end_of_run([path], stream=sys.stderr)
     except Exception as exc:
         print(f"memdoc: trace written to {path} (no summary: {exc})", file=sys.stderr)
-
-
-def _version() -> str:
-    from memdoc.version import __version__
-
-    return __version__
-
-
-def _int_env(name: str) -> int | None:
-    value = os.environ.get(name)
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None

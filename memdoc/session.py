@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
+import sys
 import threading
 import time
 import traceback
@@ -14,12 +16,15 @@ from typing import Any
 
 from memdoc.collectors.base import Collector, CollectorFailed, Sink, Values
 from memdoc.trace.model import (
+    SCHEMA_VERSION,
     CollectorStatus,
     DeviceInfo,
     Event,
     EventKind,
+    Header,
     ProcessInfo,
     SeriesKey,
+    allowlisted_env,
 )
 
 DEFAULT_INTERVAL_S = 0.1
@@ -187,6 +192,35 @@ class Session:
             # session's own fields win.
             context = oom_context(active, exc)
             self.sink.event(replace(oom, data={**context, **oom.data}))
+
+
+def header_for_this_process(command: Sequence[str], *, interval_s: float, mode: str) -> Header:
+    """The trace header for a recording made from this process (`run` or `watch`)."""
+    from memdoc.version import __version__
+
+    return Header(
+        version=SCHEMA_VERSION,
+        created_unix=time.time(),
+        memdoc_version=__version__,
+        command=tuple(command),
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        cwd=os.getcwd(),
+        python=sys.version.split()[0],
+        interval_s=interval_s,
+        env=allowlisted_env(os.environ),
+        rank=_int_env("RANK"),
+        world_size=_int_env("WORLD_SIZE"),
+        mode=mode,
+    )
+
+
+def _int_env(name: str) -> int | None:
+    value = os.environ.get(name)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
 
 
 def exception_event(exc: BaseException, tb: TracebackType | None, *, pid: int, where: str) -> Event:

@@ -6,9 +6,7 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -19,15 +17,13 @@ from typing import IO
 from memdoc.collectors.registry import parent_collectors
 from memdoc.run.channel import ENV_INTERVAL, ENV_SOCKET, AgentServer
 from memdoc.run.tee import StreamTee, same_file, should_tee
-from memdoc.session import Session
+from memdoc.session import Session, header_for_this_process
 from memdoc.trace.model import (
-    SCHEMA_VERSION,
     Event,
     EventKind,
     ExitInfo,
     Header,
     ProcessInfo,
-    allowlisted_env,
 )
 from memdoc.trace.writer import TraceWriter
 
@@ -89,20 +85,8 @@ def child_environment(socket_path: str, interval_s: float, base: dict[str, str])
 
 
 def _header(options: RunOptions) -> Header:
-    return Header(
-        version=SCHEMA_VERSION,
-        created_unix=time.time(),
-        memdoc_version=_version(),
-        command=tuple(options.display_command),
-        host=socket.gethostname(),
-        pid=os.getpid(),
-        cwd=os.getcwd(),
-        python=sys.version.split()[0],
-        interval_s=options.interval_s,
-        env=allowlisted_env(os.environ),
-        rank=_int_env("RANK"),
-        world_size=_int_env("WORLD_SIZE"),
-        mode="run",
+    return header_for_this_process(
+        options.display_command, interval_s=options.interval_s, mode="run"
     )
 
 
@@ -228,17 +212,3 @@ def _wait_forwarding_signals(child: subprocess.Popen[bytes], *, forward: bool) -
     finally:
         done.set()
         thread.join(1.0)
-
-
-def _version() -> str:
-    from memdoc.version import __version__
-
-    return __version__
-
-
-def _int_env(name: str) -> int | None:
-    value = os.environ.get(name)
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
