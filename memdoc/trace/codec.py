@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, fields
 from typing import Any
@@ -99,13 +100,57 @@ def _known(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if v is not None}
 
 
+_MAX_ABS_NUMBER = 1e15  # times and sizes beyond this are damage, not data
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**63
+
+
+def _is_float(value: Any) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and abs(value) < _MAX_ABS_NUMBER
+    )
+
+
+_SCALAR_CHECKS = {
+    "int": _is_int,
+    "float": _is_float,
+    "str": lambda v: isinstance(v, str),
+    "bool": lambda v: isinstance(v, bool),
+}
+
+
 def _build(cls: type[Any], record: Mapping[str, Any]) -> Any:
-    names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in record.items() if k in names})
+    """The dataclass from a record, every scalar field of the type it declares.
+
+    Raises:
+        ValueError: a field holds a value of another type (a damaged or hostile file).
+    """
+    kwargs: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name not in record:
+            continue
+        value = record[f.name]
+        declared = str(f.type)
+        optional = declared.endswith(" | None")
+        check = _SCALAR_CHECKS.get(declared.removesuffix(" | None"))
+        if check is not None:
+            if value is None and not optional:
+                raise ValueError(f"{f.name} is missing")
+            if value is not None and not check(value):
+                raise ValueError(f"{f.name} has the wrong type")
+        kwargs[f.name] = value
+    return cls(**kwargs)
 
 
 def decode_header(record: Mapping[str, Any]) -> Header:
     header: Header = _build(Header, record)
+    if not 0 <= header.created_unix < 1e11:
+        raise ValueError("created_unix is not a time")
     env = record.get("env")
     return Header(
         **{
@@ -129,8 +174,11 @@ def decode_series(record: Mapping[str, Any]) -> tuple[int, SeriesKey]:
 def decode_event(record: Mapping[str, Any]) -> Event:
     data = record.get("data")
     pid = record.get("pid")
+    t = float(record["t"])
+    if not _is_float(t):
+        raise ValueError("t is not a time")
     return Event(
-        t=float(record["t"]),
+        t=t,
         kind=str(record["kind"]),
         pid=int(pid) if pid is not None else None,
         data=data if isinstance(data, dict) else {},
@@ -145,8 +193,8 @@ def decode_device(record: Mapping[str, Any]) -> DeviceInfo:
 def decode_process(record: Mapping[str, Any]) -> ProcessInfo:
     process: ProcessInfo = _build(ProcessInfo, record)
     return ProcessInfo(
-        pid=int(process.pid),
-        t=float(process.t),
+        pid=process.pid,
+        t=process.t,
         ppid=process.ppid,
         command=tuple(str(c) for c in record.get("command") or ()),
         ours=bool(process.ours),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import gzip
 import json
+import zlib
 import math
 import os
 from array import array
@@ -360,8 +361,8 @@ def _lines(stream: IO[bytes]) -> Iterator[bytes]:
             if not line:
                 return
             yield line
-    except (OSError, EOFError, gzip.BadGzipFile):
-        # A truncated gzip stream: what was decoded so far is the salvage.
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error):
+        # A truncated or damaged gzip stream: what was decoded so far is the salvage.
         return
 
 
@@ -371,7 +372,15 @@ def looks_like_trace(path: str | os.PathLike[str]) -> bool:
         with _open(Path(path)) as stream:
             first = stream.readline(MAX_LINE_BYTES)
         record = json.loads(first)
-    except (TraceError, OSError, ValueError, EOFError, gzip.BadGzipFile):
+    except (
+        TraceError,
+        OSError,
+        ValueError,
+        EOFError,
+        gzip.BadGzipFile,
+        zlib.error,
+        RecursionError,
+    ):
         return False
     return isinstance(record, dict) and record.get("format") == FORMAT_NAME
 
@@ -397,7 +406,7 @@ def _parse_header(path: Path, first: bytes | None) -> Header:
         raise TraceError(f"{path}: empty file, not a memdoc trace")
     try:
         record = json.loads(first)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise TraceError(f"{path}: not a memdoc trace (no trace header)") from None
     if not isinstance(record, dict) or record.get("format") != FORMAT_NAME:
         raise TraceError(f"{path}: not a memdoc trace (no trace header)")
@@ -427,7 +436,7 @@ def _parse(path: Path, lines: Iterator[bytes]) -> Trace:
         line_no += 1
         try:
             _apply(trace, ids, json.loads(raw))
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError):
             bad += 1
             last_bad = line_no
     if bad:

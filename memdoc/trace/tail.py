@@ -42,6 +42,7 @@ class TraceTail:
         self._pending = b""
         self._ids: dict[int, SeriesKey] = {}
         self._skipping_long_line = False
+        self._fatal: TraceError | None = None
 
     @property
     def exists(self) -> bool:
@@ -63,6 +64,8 @@ class TraceTail:
         Raises:
             TraceError: the file is not a memdoc trace, or is of a newer version.
         """
+        if self._fatal is not None:
+            raise self._fatal
         try:
             with open(self.path, "rb") as stream:
                 if self._offset == 0 and stream.read(2) == _GZIP_MAGIC:
@@ -101,7 +104,12 @@ class TraceTail:
 
     def _apply_line(self, line: bytes) -> int:
         if self.trace is None:
-            self.trace = Trace(parse_header_line(line, self.path), self.path)
+            try:
+                header = parse_header_line(line, self.path)
+            except TraceError as exc:
+                self._fatal = exc  # later lines must not be mistaken for a header
+                raise
+            self.trace = Trace(header, self.path)
             return 1
         try:
             apply_record(self.trace, self._ids, json.loads(line))
@@ -124,6 +132,7 @@ class TraceTail:
         self._pending = b""
         self._ids = {}
         self._skipping_long_line = False
+        self._fatal = None
         self.restarts += 1
 
 

@@ -27,6 +27,10 @@ FLUSH_INTERVAL_S = 0.5
 _URGENT_EVENTS = frozenset({"oom", "oom_suspect", "exception", "process_exit"})
 
 
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 class TraceWriter:
     """Writes one trace file. Thread-safe; a write error disables it instead of raising.
 
@@ -74,7 +78,7 @@ class TraceWriter:
         with self._lock:
             pairs: list[tuple[int, int | float]] = []
             for key, value in values.items():
-                if value is None or not math.isfinite(value):
+                if not _is_number(value):
                     continue  # missing or not a number: never recorded as a value
                 sid = self._series.get(key)
                 if sid is None:

@@ -1,0 +1,1 @@
+"""memdoc's performance suite: `python -m benchmarks [--quick] [--only NAME]`."""
