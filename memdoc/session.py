@@ -123,10 +123,9 @@ class Session:
                 except Exception as exc:
                     self._drop(collector, f"stopped after an error: {exc!r}", None)
             if merged:
-                try:
+                # A bad value must not kill the sampler.
+                with contextlib.suppress(Exception):
                     self.sink.samples(now, merged)
-                except Exception:  # noqa: BLE001 - a bad value must not kill the sampler
-                    pass
 
     def _drop(self, collector: Collector, reason: str, hint: str | None) -> None:
         self._active.remove(collector)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, fields
 from typing import Any
 
@@ -116,11 +116,19 @@ def _is_float(value: Any) -> bool:
     )
 
 
-_SCALAR_CHECKS = {
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
+_SCALAR_CHECKS: dict[str, Callable[[Any], bool]] = {
     "int": _is_int,
     "float": _is_float,
-    "str": lambda v: isinstance(v, str),
-    "bool": lambda v: isinstance(v, bool),
+    "str": _is_str,
+    "bool": _is_bool,
 }
 
 

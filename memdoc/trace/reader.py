@@ -5,9 +5,9 @@ from __future__ import annotations
 import bisect
 import gzip
 import json
-import zlib
 import math
 import os
+import zlib
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
