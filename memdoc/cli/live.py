@@ -1,0 +1,89 @@
+"""`memdoc live`: the dashboard over a trace: follow it while it is written, else replay it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from memdoc.errors import MemdocError
+
+if TYPE_CHECKING:
+    from memdoc.trace import Trace
+    from memdoc.tui.sources import SampleSource
+
+NAME = "live"
+HELP = "show a trace in the live dashboard: follow it while it is written, replay it when finished"
+
+MIN_SPEED, MAX_SPEED = 0.5, 16.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "traces",
+        nargs="+",
+        metavar="TRACE",
+        help="a memdoc trace, the traces of several ranks, or files memdoc can import",
+    )
+    parser.add_argument(
+        "--replay", action="store_true", help="replay the trace even while it is still written"
+    )
+    parser.add_argument(
+        "--speed",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help=f"replay speed, {MIN_SPEED:g} to {MAX_SPEED:g} (default 1)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if not MIN_SPEED <= args.speed <= MAX_SPEED:
+        raise MemdocError(f"--speed must be between {MIN_SPEED:g} and {MAX_SPEED:g}")
+    source = open_source([Path(p) for p in args.traces], replay=args.replay, speed=args.speed)
+    require_terminal()
+    from memdoc.tui.app import make_app
+
+    app = make_app(source)
+    app.run()
+    return app.return_code or 0
+
+
+def require_terminal() -> None:
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise MemdocError(
+            "the dashboard needs a terminal",
+            hint="for a file or a pipe, use memdoc diagnose TRACE or memdoc report TRACE",
+        )
+
+
+def open_source(paths: list[Path], *, replay: bool, speed: float) -> SampleSource:
+    """Follow a trace still being written; replay a finished one, several ranks, or imports.
+
+    Raises:
+        MemdocError: a file is missing, or is neither a trace nor anything memdoc imports.
+    """
+    from memdoc.trace import load_run, load_trace
+    from memdoc.trace.reader import looks_like_trace
+    from memdoc.tui.sources import ReplaySource, TraceFollowSource
+
+    for path in paths:
+        if not path.exists():
+            raise MemdocError(f"{path}: no such file")
+    if all(looks_like_trace(p) for p in paths):
+        if len(paths) > 1:
+            # Several ranks: the one that failed first is the one worth watching.
+            return ReplaySource(load_run(paths).primary, speed=speed)
+        trace = load_trace(paths[0])
+        if trace.complete or replay:
+            return ReplaySource(trace, speed=speed)
+        return TraceFollowSource(paths[0])
+    return ReplaySource(_imported(paths), speed=speed, label=paths[0].name)
+
+
+def _imported(paths: list[Path]) -> Trace:
+    from memdoc.importers import load_any
+
+    # Several files: the trace that failed first (or the first) is the one worth watching.
+    return load_any(paths).primary

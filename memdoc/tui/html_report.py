@@ -1,0 +1,59 @@
+"""The `r` key: run `memdoc report` on the shown trace in a subprocess and open the result."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import webbrowser
+from pathlib import Path
+
+from memdoc.tui.sources import SampleSource
+
+REPORT_TIMEOUT_S = 300.0
+
+
+def report_path_of(source: SampleSource) -> Path | None:
+    """The trace file behind a source, when there is one to report on."""
+    path = getattr(source, "path", None)
+    if path is None:
+        trace = getattr(source, "trace", None)
+        path = getattr(trace, "path", None)
+    return Path(path) if path is not None and Path(path).is_file() else None
+
+
+def write_report(trace_path: Path) -> tuple[Path | None, str | None]:
+    """Write the HTML report into a new temporary folder (never over a file of the user's).
+
+    Returns the report's path, or None and the first line of the command's complaint.
+    """
+    out_dir = Path(tempfile.mkdtemp(prefix="memdoc-report-"))
+    out = out_dir / f"{trace_path.stem}.html"
+    command = [sys.executable, "-m", "memdoc", "report", str(trace_path), "-o", str(out)]
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=REPORT_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"memdoc report did not finish: {exc}"
+    if done.returncode != 0 or not out.is_file():
+        lines = [line for line in (done.stderr or done.stdout).splitlines() if line.strip()]
+        return None, lines[0] if lines else f"memdoc report exited with {done.returncode}"
+    return out, None
+
+
+def open_in_browser(uri: str) -> bool:
+    """Open `uri` in a graphical browser; False where there is none (a server, ssh).
+
+    Text browsers would fight the dashboard for the terminal, so without a display (or an
+    explicit BROWSER) nothing is opened and the caller shows the path instead.
+    """
+    if sys.platform.startswith("linux") and not (
+        os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") or os.environ.get("BROWSER")
+    ):
+        return False
+    try:
+        return webbrowser.open(uri)
+    except webbrowser.Error:
+        return False

@@ -1,0 +1,194 @@
+"""`memdoc top`'s source: every GPU process on this machine, and host memory, sampled live."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any
+
+import psutil
+
+from memdoc.collectors.base import CollectorFailed, Values
+from memdoc.collectors.host import HostCollector
+from memdoc.collectors.nvml import NvmlCollector
+from memdoc.collectors.nvml_gate import NvmlGate, open_gate
+from memdoc.trace import (
+    SCHEMA_VERSION,
+    CollectorStatus,
+    DeviceInfo,
+    Event,
+    EventKind,
+    Header,
+    Metric,
+    ProcessInfo,
+    SeriesKey,
+    Trace,
+)
+from memdoc.tui.sources import KIND_SYSTEM, SourceState
+
+DEFAULT_INTERVAL_S = 1.0
+# Host RSS of the processes on the GPUs: psutil reads cost tens of µs each, so not every tick.
+PROCESS_RSS_INTERVAL_S = 3.0
+
+
+class TraceSink:
+    """A collector's session handle that records into an in-memory trace (absolute times in,
+    trace-relative times stored), so that the system view is drawn like any trace."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self._t0 = trace.header.created_unix
+        self._step = 0
+
+    def samples(self, unix_t: float, values: Mapping[SeriesKey, int | float]) -> None:
+        self.trace.add_values(unix_t - self._t0, ((k, float(v)) for k, v in values.items()))
+
+    def event(self, event: Event) -> None:
+        self.trace.add_event(Event(event.t - self._t0, event.kind, event.pid, event.data))
+
+    def device(self, device: DeviceInfo) -> None:
+        self.trace.add_device(device)
+
+    def process(self, process: ProcessInfo) -> None:
+        rel = ProcessInfo(
+            process.pid,
+            process.t - self._t0,
+            process.ppid,
+            process.command,
+            process.ours,
+            process.user,
+        )
+        self.trace.add_process(rel)
+
+    def collector(self, status: CollectorStatus) -> None:
+        self.trace.add_collector(status)
+
+    def step(self, source: str = "user", **data: Any) -> int:
+        self._step += 1
+        self.emit(EventKind.STEP, {"step": self._step, "source": source, **data})
+        return self._step
+
+    def record_exception(
+        self, exc: BaseException, tb: TracebackType | None = None, *, where: str = "uncaught"
+    ) -> None:
+        del exc, tb, where  # a system view has no program of its own to report on
+
+    def emit(self, kind: str, data: Mapping[str, Any] | None = None) -> None:
+        self.event(Event(time.time(), kind, os.getpid(), dict(data or {})))
+
+
+class SystemSource:
+    """Samples NVML (every device and process) and host memory every `interval_s`.
+
+    Without an NVIDIA driver it shows host memory, and says so once.
+    """
+
+    kind = KIND_SYSTEM
+
+    def __init__(
+        self,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        *,
+        gate_factory: Callable[[], NvmlGate] = open_gate,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.label = "this machine"
+        self.interval_s = interval_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._paused = False
+        self._last_sample = float("-inf")
+        self._last_rss = float("-inf")
+        created = clock()
+        header = Header(
+            version=SCHEMA_VERSION,
+            created_unix=created,
+            memdoc_version="",  # never written: an in-memory trace
+            host=os.uname().nodename,
+            pid=os.getpid(),
+            interval_s=interval_s,
+            mode="system",
+        )
+        self.trace = Trace(header)
+        self._sink = TraceSink(self.trace)
+        # The host collector rooted at memdoc itself gives the system-wide values and the
+        # cgroup; memdoc's own RSS is left out below.
+        self._host: HostCollector | None = HostCollector(os.getpid(), include_children=False)
+        self._nvml: NvmlCollector | None = NvmlCollector(os.getpid(), gate_factory=gate_factory)
+        self._notes: list[str] = []
+        self._started = False
+
+    def poll(self) -> SourceState:
+        with self._lock:
+            now = self._clock()
+            if not self._started:
+                self._start()
+            if not self._paused and now - self._last_sample >= self.interval_s * 0.95:
+                self._last_sample = now
+                self._sample(now)
+            return SourceState(
+                kind=self.kind,
+                label=self.label,
+                trace=self.trace,
+                now_t=self.trace.last_t,
+                paused=self._paused,
+                live=True,
+                notes=tuple(self._notes),
+            )
+
+    def set_paused(self, paused: bool) -> None:
+        with self._lock:
+            self._paused = paused
+
+    def close(self) -> None:
+        with self._lock:
+            for collector in (self._nvml, self._host):
+                if collector is not None:
+                    collector.close()
+            self._nvml = self._host = None
+
+    def _start(self) -> None:
+        self._started = True
+        for name in ("_host", "_nvml"):
+            collector: HostCollector | NvmlCollector | None = getattr(self, name)
+            if collector is None:
+                continue
+            status = collector.probe()
+            self._sink.collector(status)
+            if status.available:
+                collector.start(self._sink)
+            else:
+                self._notes.append(status.reason or f"{status.name} is not available here")
+                setattr(self, name, None)
+
+    def _sample(self, now: float) -> None:
+        values: Values = {}
+        for name in ("_host", "_nvml"):
+            collector: HostCollector | NvmlCollector | None = getattr(self, name)
+            if collector is None:
+                continue
+            try:
+                values.update(collector.sample(now))
+            except CollectorFailed as exc:
+                self._notes.append(exc.reason)
+                collector.close()
+                setattr(self, name, None)
+        values = {k: v for k, v in values.items() if k.metric != Metric.HOST_RSS}
+        if now - self._last_rss >= PROCESS_RSS_INTERVAL_S:
+            self._last_rss = now
+            self._rss_of_gpu_processes(values)
+        self._sink.samples(now, values)
+
+    def _rss_of_gpu_processes(self, values: Values) -> None:
+        pids = {k.pid for k in self.trace.series_keys() if k.metric == Metric.GPU_PROC_USED}
+        pids |= {k.pid for k in values if k.metric == Metric.GPU_PROC_USED}
+        for pid in pids:
+            if pid is None:
+                continue
+            try:
+                values[SeriesKey(Metric.HOST_RSS, pid=pid)] = psutil.Process(pid).memory_info().rss
+            except psutil.Error:
+                continue

@@ -1,0 +1,273 @@
+"""Everything one dashboard frame shows, computed from a source's state: pure, no widgets."""
+
+from __future__ import annotations
+
+import math
+import signal
+from dataclasses import dataclass, field
+
+from memdoc.trace import Metric, OomInfo, Trace
+from memdoc.trace.model import FRAMEWORK_PREFIXES
+from memdoc.trace.reader import oom_of
+from memdoc.tui.history import ChartData, Window, device_chart, host_chart
+from memdoc.tui.ledger import HostLedger, Ledger, framework_metrics, ledger_at
+from memdoc.tui.sources import SourceState
+from memdoc.tui.timeline import EventIndex
+
+MAX_PROCESS_ROWS = 64
+
+
+@dataclass(frozen=True)
+class ViewRequest:
+    """What the person chose: the device (by index), the chart width and time span."""
+
+    device: int | None = None
+    columns: int = 80
+    window_s: float | None = 60.0  # None: the whole run
+
+
+@dataclass(frozen=True)
+class DeviceTab:
+    index: int
+    name: str
+    used_fraction: float | None
+
+
+@dataclass(frozen=True)
+class ProcessRow:
+    pid: int
+    user: str | None
+    command: str
+    gpu_bytes: int | None
+    rss_bytes: int | None
+    ours: bool
+
+
+@dataclass(frozen=True)
+class HostView:
+    rss_bytes: int | None  # the run's process tree
+    available_bytes: int | None
+    total_bytes: int | None
+    swap_used_bytes: int | None
+    cgroup_usage_bytes: int | None
+    cgroup_limit_bytes: int | None
+    cgroup_oom_kills: int | None
+
+
+@dataclass(frozen=True)
+class OomView:
+    t_s: float
+    oom: OomInfo
+    handled: bool
+
+
+@dataclass(frozen=True)
+class StatusView:
+    kind: str
+    label: str
+    command: str
+    now_t: float
+    end_t: float | None = None
+    paused: bool = False
+    live: bool = False
+    speed: float | None = None
+    step: int | None = None
+    phase: str | None = None
+    age_s: float | None = None  # since the last record, for a trace still being written
+    exit_text: str | None = None
+    notes: tuple[str, ...] = ()
+    error: str | None = None
+    damaged_lines: int = 0
+
+
+@dataclass(frozen=True)
+class DashboardView:
+    status: StatusView
+    tabs: tuple[DeviceTab, ...] = ()
+    device: int | None = None
+    ledger: Ledger | HostLedger | None = None
+    chart: ChartData | None = None
+    processes: tuple[ProcessRow, ...] = ()
+    host: HostView | None = None
+    oom: OomView | None = None
+    warnings: tuple[str, ...] = field(default=())
+
+
+def build_view(
+    state: SourceState, events: EventIndex, request: ViewRequest, wall_now: float
+) -> DashboardView:
+    """The frame for `state` at its `now_t`: nothing recorded after that instant is shown."""
+    trace = state.trace
+    if trace is None:
+        return DashboardView(status=_status(state, None, events, wall_now))
+    now = state.now_t
+    devices = trace.devices()
+    tabs = tuple(
+        DeviceTab(d.index, _short_name(d.name), ledger_at(trace, d.index, now).used_fraction)
+        for d in devices
+    )
+    indexes = [d.index for d in devices]
+    device = request.device if request.device in indexes else (indexes[0] if indexes else None)
+    window = _window(now, request)
+    host = host_at(trace, now)
+    ledger: Ledger | HostLedger
+    if device is None:
+        chart = host_chart(trace, events, window)
+        ledger = HostLedger(
+            host.total_bytes, host.available_bytes, host.rss_bytes, host.cgroup_limit_bytes
+        )
+    else:
+        chart = device_chart(trace, events, device, window)
+        ledger = ledger_at(trace, device, now)
+    return DashboardView(
+        status=_status(state, trace, events, wall_now),
+        tabs=tabs,
+        device=device,
+        ledger=ledger,
+        chart=chart,
+        processes=process_rows(trace, device, now),
+        host=host,
+        oom=_oom(events, now),
+        warnings=tuple(trace.warnings),
+    )
+
+
+def _window(now: float, request: ViewRequest) -> Window:
+    columns = max(1, request.columns)
+    if request.window_s is None:
+        return Window(0.0, max(now, 1.0), columns)
+    # Columns on a fixed grid of time: as time moves on, columns shift whole and keep their
+    # values, so the chart redraws only what is new.
+    column_s = request.window_s / columns
+    t1 = math.ceil(now / column_s) * column_s
+    return Window(t1 - request.window_s, t1, columns, end_s=now)
+
+
+def process_rows(trace: Trace, device: int | None, t: float) -> tuple[ProcessRow, ...]:
+    """Processes on `device` (every process of the run when there is no device), ours first."""
+    gpu: dict[int, int | None] = {}
+    if device is not None:
+        for series in trace.series_for(Metric.GPU_PROC_USED, device=device):
+            value = series.at(t)
+            if series.key.pid is not None and value is not None:
+                gpu[series.key.pid] = int(value)
+    ours = {p.pid: p for p in trace.processes(ours=True) if p.t <= t}
+    on_device = _framework_pids(trace, device) if device is not None else set(ours)
+    for pid in on_device & set(ours):
+        gpu.setdefault(pid, None)
+    known = {p.pid: p for p in trace.processes()}
+    rows = []
+    for pid, used in gpu.items():
+        info = known.get(pid)
+        rss = trace.series(Metric.HOST_RSS, pid=pid)
+        rss_value = rss.at(t) if rss is not None else None
+        rows.append(
+            ProcessRow(
+                pid=pid,
+                user=info.user if info else None,
+                command=" ".join(info.command) if info and info.command else "?",
+                gpu_bytes=used,
+                rss_bytes=int(rss_value) if rss_value is not None else None,
+                ours=pid in ours,
+            )
+        )
+    rows.sort(key=lambda r: (not r.ours, -(r.gpu_bytes or 0), r.pid))
+    return tuple(rows[:MAX_PROCESS_ROWS])
+
+
+def _framework_pids(trace: Trace, device: int) -> set[int]:
+    metrics = set(framework_metrics(Metric.RESERVED)) | set(framework_metrics(Metric.ALLOCATED))
+    return {
+        k.pid for k in trace.series_keys() if k.device == device and k.metric in metrics and k.pid
+    }
+
+
+def host_at(trace: Trace, t: float) -> HostView:
+    def value(metric: str) -> int | None:
+        series = trace.series(metric)
+        v = series.at(t) if series is not None else None
+        return int(v) if v is not None else None
+
+    return HostView(
+        rss_bytes=value(Metric.HOST_RSS),
+        available_bytes=value(Metric.HOST_AVAILABLE),
+        total_bytes=value(Metric.HOST_TOTAL),
+        swap_used_bytes=value(Metric.HOST_SWAP_USED),
+        cgroup_usage_bytes=value(Metric.CGROUP_USAGE),
+        cgroup_limit_bytes=value(Metric.CGROUP_LIMIT),
+        cgroup_oom_kills=value(Metric.CGROUP_OOM_KILLS),
+    )
+
+
+def _oom(events: EventIndex, t: float) -> OomView | None:
+    for event in reversed(events.ooms_until(t)):
+        oom = oom_of(event)
+        if oom is not None:
+            return OomView(event.t, oom, bool(event.data.get("handled", False)))
+    return None
+
+
+def _status(
+    state: SourceState, trace: Trace | None, events: EventIndex, wall_now: float
+) -> StatusView:
+    if trace is None:
+        return StatusView(
+            kind=state.kind,
+            label=state.label,
+            command="",
+            now_t=0.0,
+            live=state.live,
+            notes=state.notes,
+            error=state.error,
+        )
+    now = state.now_t
+    mark = events.mark_at(now)
+    age = wall_now - (trace.header.created_unix + trace.last_t) if state.live else None
+    return StatusView(
+        kind=state.kind,
+        label=state.label,
+        command=" ".join(trace.header.command),
+        now_t=now,
+        end_t=state.end_t,
+        paused=state.paused,
+        live=state.live,
+        speed=state.speed,
+        step=events.step_at(now),
+        phase=str(mark.data.get("label")) if mark is not None else None,
+        age_s=max(0.0, age) if age is not None else None,
+        exit_text=_exit_text(trace, now),
+        notes=_notes(state, trace, events),
+        error=state.error,
+        damaged_lines=state.damaged_lines,
+    )
+
+
+def _notes(state: SourceState, trace: Trace, events: EventIndex) -> tuple[str, ...]:
+    """What cannot be seen and why; not the frameworks the program never imported."""
+    notes = list(state.notes)
+    for status in trace.unavailable_collectors():
+        if status.name in FRAMEWORK_PREFIXES and status.name not in events.frameworks:
+            continue
+        text = status.reason or f"{status.name} is not available"
+        if text not in notes:
+            notes.append(text)
+    return tuple(notes)
+
+
+def _exit_text(trace: Trace, t: float) -> str | None:
+    end = trace.exit
+    if end is None or end.t > t:
+        return None
+    if end.signal is not None:
+        try:
+            name = signal.Signals(end.signal).name
+        except ValueError:
+            name = f"signal {end.signal}"
+        return f"killed by {name}"
+    if end.exit_code is not None:
+        return f"exit code {end.exit_code}"
+    return "ended"
+
+
+def _short_name(name: str) -> str:
+    return name.removeprefix("NVIDIA ").removeprefix("GeForce ")

@@ -1,0 +1,188 @@
+"""`memdoc live` and `memdoc top` as a person runs them: in a real terminal (tmux), by keys."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memdoc.collectors.nvml_gate import NO_DRIVER_REASON, NvmlUnavailable, open_gate
+from tests.conftest import run_memdoc
+
+needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+
+
+class Terminal:
+    """One tmux session running one command; the screen is read as text."""
+
+    def __init__(self, status_file: Path, size: tuple[int, int]) -> None:
+        self.name = f"memdoc-test-{uuid.uuid4().hex[:8]}"
+        self.status_file = status_file
+        width, height = size
+        subprocess.run(
+            ["tmux", "new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height)],
+            check=True,
+        )
+
+    def start(self, command: str) -> None:
+        # Typed into the shell once its prompt is up: a program started with the pane could
+        # read the pane's size before tmux settles it.
+        deadline = time.monotonic() + 10
+        while not self.screen().strip() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.press(f"clear; {command}; echo $? > {self.status_file}", "Enter")
+
+    def screen(self) -> str:
+        done = subprocess.run(
+            ["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True
+        )
+        return done.stdout
+
+    def press(self, *keys: str) -> None:
+        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+
+    def wait_for(self, text: str, timeout_s: float = 20.0) -> str:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            screen = self.screen()
+            if text in screen:
+                return screen
+            if time.monotonic() > deadline:
+                size = subprocess.run(
+                    ["tmux", "display", "-p", "-t", self.name, "#{window_width}x#{window_height}"],
+                    capture_output=True,
+                    text=True,
+                ).stdout.strip()
+                raise AssertionError(f"{text!r} never appeared; the {size} screen was:\n{screen}")
+            time.sleep(0.1)
+
+    def wait_gone(self, text: str, timeout_s: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while text in self.screen():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} stayed on the screen:\n{self.screen()}")
+            time.sleep(0.1)
+
+    def exit_status(self, timeout_s: float = 10.0) -> int:
+        deadline = time.monotonic() + timeout_s
+        while not self.status_file.exists() or not self.status_file.read_text().strip():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the command did not exit; the screen was:\n{self.screen()}")
+            time.sleep(0.1)
+        return int(self.status_file.read_text())
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+
+
+@pytest.fixture
+def terminal(tmp_path: Path) -> Iterator[type[Terminal]]:
+    opened: list[Terminal] = []
+
+    def open_terminal(command: str, size: tuple[int, int] = (100, 32)) -> Terminal:
+        term = Terminal(tmp_path / f"status-{len(opened)}", size)
+        opened.append(term)  # closed after the test, whatever happens in start()
+        term.start(command)
+        return term
+
+    yield open_terminal  # type: ignore[misc]
+    for term in opened:
+        term.close()
+
+
+def _memdoc(*args: str) -> str:
+    return " ".join([sys.executable, "-m", "memdoc", *args])
+
+
+@needs_tmux
+def test_live_follows_a_run_being_written_and_answers_keys(tmp_path: Path, terminal) -> None:  # type: ignore[no-untyped-def]
+    trace = tmp_path / "run.memdoc"
+    writer = subprocess.Popen(
+        [sys.executable, "-m", "memdoc.tui.demo", str(trace), "--live", "--seconds", "60"]
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not trace.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        term = terminal(_memdoc("live", str(trace)))
+        term.wait_for("● live")
+        screen = term.wait_for("GPU 0 · H100 80GB HBM3")
+        assert "memdoc live  run.memdoc" in screen
+        term.wait_for("step ")  # samples and steps arrive while it runs
+        term.press("?")
+        term.wait_for("Show the GPU in that place")
+        term.press("Escape")  # a key right after Escape would read as an escape sequence
+        term.wait_gone("Show the GPU in that place")
+        term.press("]")
+        term.wait_for("GPU 1 · H100 80GB HBM3")
+        term.press("q")
+        assert term.exit_status() == 0
+    finally:
+        writer.terminate()
+        writer.wait(timeout=10)
+
+
+@needs_tmux
+def test_live_replays_a_finished_run_and_seeks_to_its_oom(demo_trace: Path, terminal) -> None:  # type: ignore[no-untyped-def]
+    term = terminal(_memdoc("live", str(demo_trace), "--speed", "2"), size=(60, 24))
+    term.wait_for("▶ replay 2x")
+    term.press("End")
+    screen = term.wait_for("OUT OF MEMORY")
+    assert "exit code 1" in screen
+    term.press("q")
+    assert term.exit_status() == 0
+
+
+@needs_tmux
+def test_top_shows_host_memory_and_says_once_why_there_is_no_gpu(terminal) -> None:  # type: ignore[no-untyped-def]
+    try:
+        open_gate().close()
+        has_driver = True
+    except NvmlUnavailable:
+        has_driver = False
+    term = terminal(_memdoc("top", "--interval", "0.5"))
+    screen = term.wait_for("memdoc top")
+    screen = term.wait_for("available")
+    if not has_driver:
+        assert screen.count(NO_DRIVER_REASON) == 1
+        assert "Host memory" in screen
+    term.press("?")
+    term.wait_for("Keys")
+    term.press("q")  # closes help
+    term.wait_gone("Keys")
+    term.press("q")
+    assert term.exit_status() == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["live", "missing.memdoc"], "missing.memdoc: no such file", id="no-such-file"),
+        pytest.param(["live", "{trace}", "--speed", "100"], "--speed must be between", id="speed"),
+        pytest.param(["live", "{trace}"], "the dashboard needs a terminal", id="not-a-terminal"),
+        pytest.param(["top", "--interval", "0"], "--interval must be at least", id="interval"),
+    ],
+)
+def test_bad_use_gets_one_line_and_exit_status_2(
+    demo_trace: Path, tmp_path: Path, args: list[str], message: str
+) -> None:
+    done = run_memdoc(*(a.format(trace=demo_trace) for a in args), cwd=tmp_path, timeout=60)
+    stderr = done.stderr.decode()
+    assert done.returncode == 2
+    assert message in stderr
+    assert "Traceback" not in stderr
+
+
+def test_a_file_that_is_neither_a_trace_nor_importable_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("just some words\n")
+    done = run_memdoc("live", str(path), cwd=tmp_path, timeout=60)
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr.decode()
+    assert done.stderr.decode().count("\n") <= 2
