@@ -94,6 +94,21 @@ def _read_int(path: Path) -> int | None:
         return None
 
 
+def address_space_limit(pid: int, proc_root: Path = Path("/proc")) -> int | None:
+    """A process's RLIMIT_AS soft limit in bytes (as `ulimit -v` or `resource.setrlimit`
+    set it), None when unlimited or unreadable. Such a cap, not the machine, is then where
+    the program's memory ends."""
+    try:
+        text = (proc_root / str(pid) / "limits").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("Max address space"):
+            soft = line[len("Max address space") :].split()[0]
+            return int(soft) if soft.isdigit() else None
+    return None
+
+
 def _oom_kills(path: Path) -> int | None:
     try:
         for line in path.read_text().splitlines():
@@ -168,6 +183,13 @@ class HostCollector:
             self._system[SeriesKey(Metric.HOST_SWAP_USED)] = psutil.swap_memory().used
         if self._cgroup is not None:
             self._system.update(self._cgroup.read())
+        for pid in list(self._procs):
+            limit = address_space_limit(pid)
+            key = SeriesKey(Metric.HOST_RLIMIT_AS, pid=pid)
+            if limit is not None:
+                self._system[key] = limit
+            else:
+                self._system.pop(key, None)
 
     def _refresh_tree(self, unix_t: float) -> None:
         root = self._procs.get(self.root_pid)

@@ -59,6 +59,7 @@ class Metric:
     HOST_AVAILABLE = "host.available"
     HOST_TOTAL = "host.total"
     HOST_SWAP_USED = "host.swap_used"
+    HOST_RLIMIT_AS = "host.rlimit_as"  # a process's address-space cap (RLIMIT_AS), when set
     CGROUP_USAGE = "cgroup.usage"
     CGROUP_LIMIT = "cgroup.limit"
     CGROUP_OOM_KILLS = "cgroup.oom_kills"

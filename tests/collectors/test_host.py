@@ -109,3 +109,29 @@ def test_an_unlimited_cgroup_has_no_limit_value(tmp_path: Path) -> None:
 
     assert cgroup is not None
     assert SeriesKey(Metric.CGROUP_LIMIT) not in cgroup.read()
+
+
+def test_an_address_space_cap_set_by_the_program_is_recorded_for_its_process() -> None:
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import resource, time; cap = 900 * 1024 * 1024;"
+            "resource.setrlimit(resource.RLIMIT_AS, (cap, cap)); time.sleep(1.5)",
+        ]
+    )
+    try:
+        collector = HostCollector(child.pid, include_children=False)
+        collector.start(_Sink())
+        time.sleep(0.8)
+        values = collector.sample(time.time())
+    finally:
+        child.wait()
+
+    assert values[SeriesKey(Metric.HOST_RLIMIT_AS, pid=child.pid)] == 900 * MiB
+
+
+def test_an_unlimited_address_space_records_no_cap() -> None:
+    from memdoc.collectors.host import address_space_limit
+
+    assert address_space_limit(os.getpid()) is None
