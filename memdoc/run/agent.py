@@ -39,7 +39,14 @@ def _start() -> None:
         interval_s = DEFAULT_INTERVAL_S
     session = Session(channel, agent_collectors(), interval_s=interval_s)
     channel.process(
-        ProcessInfo(pid=os.getpid(), t=time.time(), ppid=os.getppid(), command=tuple(sys.orig_argv))
+        ProcessInfo(
+            pid=os.getpid(),
+            t=time.time(),
+            ppid=os.getppid(),
+            command=tuple(sys.orig_argv),
+            rank=_env_int("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"),
+            local_rank=_env_int("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"),
+        )
     )
     session.start()
     push_session(session)
@@ -47,6 +54,14 @@ def _start() -> None:
         _install_hooks()
     _state["session"] = session
     _state["channel"] = channel
+
+
+def _env_int(*names: str) -> int | None:
+    for name in names:
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return None
 
 
 def _session() -> Session | None:

@@ -1,4 +1,4 @@
-"""The trace: data model, writer and reader. Imports nothing else from memdoc but errors."""
+"""The trace: data model, writer, reader, ledger. Imports from memdoc only units and errors."""
 
 from __future__ import annotations
 

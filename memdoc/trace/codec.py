@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from typing import Any
 
 from memdoc.trace.model import (
@@ -200,14 +200,7 @@ def decode_device(record: Mapping[str, Any]) -> DeviceInfo:
 
 def decode_process(record: Mapping[str, Any]) -> ProcessInfo:
     process: ProcessInfo = _build(ProcessInfo, record)
-    return ProcessInfo(
-        pid=process.pid,
-        t=process.t,
-        ppid=process.ppid,
-        command=tuple(str(c) for c in record.get("command") or ()),
-        ours=bool(process.ours),
-        user=process.user,
-    )
+    return replace(process, command=tuple(str(c) for c in record.get("command") or ()))
 
 
 def decode_collector(record: Mapping[str, Any]) -> CollectorStatus:

@@ -149,6 +149,10 @@ class ProcessInfo:
     command: tuple[str, ...] = ()
     ours: bool = True
     user: str | None = None
+    # Distributed launchers (torchrun, SLURM) tell each process its rank through the
+    # environment; the agent records it so rules can tell rank 3 on GPU 0 from rank 0.
+    rank: int | None = None
+    local_rank: int | None = None
 
 
 @dataclass(frozen=True)

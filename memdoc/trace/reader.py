@@ -10,7 +10,7 @@ import os
 import zlib
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -132,6 +132,16 @@ class Trace:
         self.devices_by_index[device.index] = device
 
     def add_process(self, process: ProcessInfo) -> None:
+        """Several records may describe one process (the parent sees it, its agent says
+        more): what a later record leaves unknown, an earlier one may tell."""
+        earlier = self._processes.get(process.pid)
+        if earlier is not None:
+            known = {
+                f.name: getattr(process, f.name)
+                for f in fields(ProcessInfo)
+                if getattr(process, f.name) not in (None, ())
+            }
+            process = replace(earlier, **known)
         self._processes[process.pid] = process
 
     def add_collector(self, status: CollectorStatus) -> None:

@@ -7,6 +7,7 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import IO
 
@@ -116,14 +117,7 @@ class TraceWriter:
 
     def process(self, process: ProcessInfo) -> None:
         with self._lock:
-            rel = ProcessInfo(
-                pid=process.pid,
-                t=self.rel(process.t),
-                ppid=process.ppid,
-                command=process.command,
-                ours=process.ours,
-                user=process.user,
-            )
+            rel = replace(process, t=self.rel(process.t))
             self._write_line(codec.encode_process(rel))
 
     def collector(self, status: CollectorStatus) -> None:

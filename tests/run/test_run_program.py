@@ -340,3 +340,26 @@ def test_an_existing_trace_is_not_overwritten_without_force(tmp_path: Path) -> N
     assert refused.returncode == 2 and b"--force" in refused.stderr
     assert forced.returncode == 0
     assert load_trace(tmp_path / "t.memdoc").exit is not None
+
+
+def test_each_python_process_records_the_rank_its_launcher_gave_it(tmp_path: Path) -> None:
+    (tmp_path / "ranks.py").write_text(
+        textwrap.dedent(
+            """
+            import os, subprocess, sys
+            procs = [
+                subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.0)"],
+                                 env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r)})
+                for r in range(2)
+            ]
+            for p in procs:
+                p.wait()
+            """
+        )
+    )
+
+    watched = run_memdoc("run", "-q", "-o", "t.memdoc", "ranks.py", cwd=tmp_path)
+
+    assert watched.returncode == 0, watched.stderr
+    ranks = {p.rank for p in load_trace(tmp_path / "t.memdoc").processes(ours=True)}
+    assert {0, 1} <= ranks
