@@ -118,5 +118,16 @@ def test_at_an_oom_the_collector_adds_live_arrays_and_a_memory_profile_beside_th
     assert context["live_arrays"]["bytes"] >= sum(k + 1 for k in range(DEVICES)) * MiB
     profile = jax_run.folder / context["memory_profile"]
     assert profile.read_bytes()[:2] == b"\x1f\x8b"  # a gzipped pprof profile
-    (snapshot,) = events_of(jax_run.trace(), EventKind.SNAPSHOT, framework="jax")
-    assert snapshot.data["path"] == context["memory_profile"]
+    snapshots = events_of(jax_run.trace(), EventKind.SNAPSHOT, framework="jax")
+    assert context["memory_profile"] in [s.data["path"] for s in snapshots]
+
+
+def test_the_oom_event_of_the_session_carries_what_the_jax_collector_knew(
+    jax_run: WatchedRun,
+) -> None:
+    trace = jax_run.trace()
+
+    (oom,) = trace.oom_events()
+    assert oom.data["oom"]["framework"] == "jax"
+    assert oom.data["live_arrays"]["bytes"] >= sum(k + 1 for k in range(DEVICES)) * MiB
+    assert (jax_run.folder / oom.data["memory_profile"]).exists()
