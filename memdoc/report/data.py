@@ -7,7 +7,7 @@ from pathlib import Path
 
 from memdoc.report.allocations import Allocations, load_allocations
 from memdoc.report.downsample import DEFAULT_MAX_POINTS, minmax_downsample
-from memdoc.report.ledger import Ledger, device_ledgers, held_series
+from memdoc.report.ledger import device_ledgers, held_series
 from memdoc.report.overview import (
     Ending,
     Overview,
@@ -20,6 +20,7 @@ from memdoc.report.timeline import Line, StepTable, Timeline, build_timeline, st
 from memdoc.rules.base import Finding
 from memdoc.rules.engine import explain_in_words, sort_findings
 from memdoc.trace import OomInfo, Run, Trace
+from memdoc.trace.ledger import Ledger
 from memdoc.trace.reader import oom_of
 from memdoc.version import __version__
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from memdoc.report.data import RankRow
 from memdoc.report.downsample import minmax_downsample
-from memdoc.report.ledger import Ledger
 from memdoc.report.timeline import StepTable
+from memdoc.trace.ledger import Ledger
 from memdoc.units import GiB, KiB, MiB, format_bytes, format_percent
 
 Figure = dict[str, Any]

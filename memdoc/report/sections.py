@@ -9,12 +9,12 @@ from collections.abc import Iterable, Sequence
 from memdoc.report.allocations import Allocations
 from memdoc.report.data import OomView, RankRow, ReportData
 from memdoc.report.figures import TERM_COLORS
-from memdoc.report.ledger import Ledger
 from memdoc.report.overview import Overview
 from memdoc.report.timeline import StepTable, Timeline
 from memdoc.rules.base import Finding, Fix
 from memdoc.rules.facts import framework_name
 from memdoc.rules.spec import confidence_word
+from memdoc.trace.ledger import Ledger
 from memdoc.units import format_bytes, format_duration, format_percent
 
 MAX_STEP_ROWS = 12  # rows of the per-step table; the figure shows them all
@@ -227,7 +227,7 @@ def _device_ledger(moments: Sequence[Ledger]) -> str:
         prefix = f"{_moment_words(lg)}: "
         if lg.unknown:
             notes.append(
-                prefix + f"not measured, so inside the remainder: {', '.join(lg.unknown)}."
+                prefix + f"not measured, so inside the remainder: {', '.join(lg.unknown_labels)}."
             )
         notes += [prefix + note for note in lg.notes]
     note_html = "".join(f'<p class="note">{esc(n)}</p>' for n in dict.fromkeys(notes))

@@ -13,12 +13,12 @@ from rich.text import Text
 
 from memdoc.report.allocations import Allocations
 from memdoc.report.data import RankRow, ReportData
-from memdoc.report.ledger import Ledger
 from memdoc.report.overview import Overview
 from memdoc.report.timeline import StepTable
 from memdoc.rules.base import Finding, Fix
 from memdoc.rules.facts import framework_name
 from memdoc.rules.spec import confidence_word
+from memdoc.trace.ledger import Ledger
 from memdoc.units import format_bytes, format_duration, format_percent
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -177,7 +177,7 @@ def ledger_view(ledgers: Sequence[Ledger]) -> RenderableType | None:
             if lg.unknown:
                 parts.append(
                     Text(
-                        f"{when}: not measured (in the remainder): {', '.join(lg.unknown)}",
+                        f"{when}: not measured (in the remainder): {', '.join(lg.unknown_labels)}",
                         style="dim",
                     )
                 )

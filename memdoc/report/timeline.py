@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memdoc.report.downsample import DEFAULT_MAX_POINTS, minmax_downsample
-from memdoc.report.ledger import our_pids
 from memdoc.rules.facts import framework_name, step_curve
 from memdoc.rules.trend import fit_trend
 from memdoc.trace import EventKind, Metric, Series, StepStat, Trace
+from memdoc.trace.ledger import run_pids
 from memdoc.trace.model import framework_metric
 from memdoc.trace.reader import oom_of, sum_series
 from memdoc.units import format_bytes
@@ -93,7 +93,7 @@ def device_panel(trace: Trace, device: int, max_points: int) -> Panel:
     candidates: list[Line | None] = [
         _line("device used (driver)", "used", trace.series(Metric.GPU_USED, device), max_points)
     ]
-    ours = our_pids(trace, device)
+    ours = run_pids(trace, device)
     mine = [s for s in trace.series_for(Metric.GPU_PROC_USED, device=device) if s.key.pid in ours]
     candidates.append(_line("this run (driver)", "process", _summed(mine), max_points))
     for fw in trace.frameworks():

@@ -2,32 +2,22 @@
 
 from __future__ import annotations
 
+from memdoc.trace.ledger import oom_reserved_bytes, oom_this_process_bytes
 from memdoc.trace.model import OomInfo
 
 # The share of a device below which cached memory cannot change the outcome.
 SIGNIFICANT_SHARE = 0.02
 
 
-def this_process_bytes(oom: OomInfo) -> int | None:
-    """What NVML said this process held, unless the value is a sentinel (above the device)."""
-    value = oom.this_process_bytes
-    if value is None or (oom.total_bytes is not None and value > oom.total_bytes):
-        return None
-    return value
-
-
 def pool_bytes(oom: OomInfo) -> int | None:
     """The framework's pool (reserved, or TensorFlow's BFC region in use)."""
-    if oom.reserved_bytes is not None:
-        return oom.reserved_bytes
-    if oom.allocated_bytes is not None and oom.reserved_unallocated_bytes is not None:
-        return oom.allocated_bytes + oom.reserved_unallocated_bytes
-    return oom.bfc_in_use_bytes
+    reserved = oom_reserved_bytes(oom)
+    return reserved if reserved is not None else oom.bfc_in_use_bytes
 
 
 def held_bytes(oom: OomInfo) -> int | None:
     """Everything the error says this process held on the device."""
-    own = this_process_bytes(oom)
+    own = oom_this_process_bytes(oom)
     return own if own is not None else pool_bytes(oom)
 
 

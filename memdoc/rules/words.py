@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from memdoc.rules.facts import LIBRARY_NAMES
-from memdoc.rules.ledger import this_process_bytes
+from memdoc.trace.ledger import oom_this_process_bytes
 from memdoc.trace.model import OomInfo
 from memdoc.units import format_bytes
 
@@ -46,7 +46,7 @@ def explain_in_words(oom: OomInfo) -> str:
     if holding:
         clauses.append(holding)
     others = [p for p in oom.processes if not p.this_process and p.used_bytes]
-    if others and this_process_bytes(oom) is not None:
+    if others and oom_this_process_bytes(oom) is not None:
         clauses.append(
             f"{len(others)} other process{'es' if len(others) > 1 else ''} held "
             f"{size(sum(p.used_bytes or 0 for p in others))}"
@@ -79,7 +79,7 @@ def _holding(oom: OomInfo) -> str:
             inner += f" ({size(oom.private_pool_bytes)} in CUDA-graph private pools)"
         if cached is not None:
             inner += f" and cached {size(cached)} but not used it"
-    own = this_process_bytes(oom)
+    own = oom_this_process_bytes(oom)
     if own is not None:
         held = f"this process held {size(own)}"
         return f"{held}, of which {inner}" if inner else held

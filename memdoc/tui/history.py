@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from memdoc.trace import Metric, Series, Trace
-from memdoc.tui.ledger import framework_metrics
+from memdoc.trace import Metric, Series, Trace, framework_metric
+from memdoc.trace.model import FRAMEWORK_PREFIXES
 from memdoc.tui.timeline import EventIndex
 
 # Tick kinds, in rising priority: a column shows the most important event that fell in it.
@@ -192,7 +192,7 @@ def _scale(highest: float, limit: float | None) -> float:
 
 
 def _framework(trace: Trace, quantity: str, device: int) -> list[Series]:
-    metrics = framework_metrics(quantity)
+    metrics = [framework_metric(fw, quantity) for fw in FRAMEWORK_PREFIXES]
     return [s for metric in metrics for s in trace.series_for(metric, device=device)]
 
 

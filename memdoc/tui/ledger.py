@@ -1,12 +1,19 @@
-"""The memory ledger of one device at one instant, computed from a trace."""
+"""The ledger bar's segments: the shared device ledger's terms, and the host's memory."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from memdoc.trace import Metric, Trace
-from memdoc.trace.model import FRAMEWORK_PREFIXES
+from memdoc.trace.ledger import (
+    ALLOCATED,
+    CACHED_FREE,
+    FREE,
+    OTHER_PROCESSES,
+    PROCESS_OTHER,
+    RESERVED,
+    UNEXPLAINED,
+    Ledger,
+)
 
 
 @dataclass(frozen=True)
@@ -18,130 +25,76 @@ class Segment:
     size_bytes: int | None
 
 
+# Ledger term key -> (segment key, label), in drawing order; frameworks share a segment.
+# Free comes last so that it takes the cells rounding leaves over.
+_SEGMENTS = (
+    (ALLOCATED, "allocated", "allocated"),
+    (CACHED_FREE, "cached", "cached free"),
+    (RESERVED, "cached", "pool (split unknown)"),
+    (PROCESS_OTHER, "ours_other", "other (this run)"),
+    (OTHER_PROCESSES, "others", "other processes"),
+    (UNEXPLAINED, "unexplained", "unexplained"),
+    (FREE, "free", "free"),
+)
+
+
 @dataclass(frozen=True)
-class Ledger:
-    """What each layer sees of one device. None means not recorded (never 0)."""
+class DeviceBar:
+    """One device's ledger (the one the report shows too), as the bar draws it.
 
-    device: int
-    total_bytes: int | None
-    used_bytes: int | None
-    free_bytes: int | None
-    allocated_bytes: int | None
-    reserved_bytes: int | None
-    ours_used_bytes: int | None  # NVML per-process used, summed over the run's processes
-    others_used_bytes: int | None  # NVML per-process used of every other process
-    has_ours: bool  # the trace knows processes of its own run
+    Two bars are equal when they draw the same: the instant is left out, so that an
+    unchanged device is not redrawn every frame.
+    """
 
-    @property
-    def cached_free_bytes(self) -> int | None:
-        if self.reserved_bytes is None or self.allocated_bytes is None:
-            return None
-        return max(0, self.reserved_bytes - self.allocated_bytes)
+    drawn: tuple[Segment, ...]
+    capacity_bytes: int | None  # the total, else what is known
+    used_fraction: float | None
+    ledger: Ledger = field(compare=False)
 
-    @property
-    def ours_other_bytes(self) -> int | None:
-        """Our processes' memory outside the framework pool: contexts, workspaces, the rest."""
-        if self.ours_used_bytes is not None:
-            return max(0, self.ours_used_bytes - (self.reserved_bytes or 0))
-        if self.used_bytes is not None and self.reserved_bytes is not None:
-            # No per-process numbers: whatever the driver counts beyond the pool and the
-            # other processes is attributed to us, and shown rather than hidden.
-            return max(0, self.used_bytes - self.reserved_bytes - (self.others_used_bytes or 0))
-        return None
-
-    @property
-    def other_processes_bytes(self) -> int | None:
-        if self.used_bytes is not None and self.ours_used_bytes is not None:
-            return max(0, self.used_bytes - self.ours_used_bytes)
-        if self.used_bytes is not None and not self.has_ours:
-            return self.used_bytes  # a system view: everything used belongs to someone else
-        return self.others_used_bytes
-
-    @property
-    def capacity_bytes(self) -> int | None:
-        """The size the bar is drawn against: the device total, else what is known."""
-        if self.total_bytes:
-            return self.total_bytes
-        if self.used_bytes is not None and self.free_bytes is not None:
-            return self.used_bytes + self.free_bytes
-        known = [s.size_bytes for s in self.segments() if s.size_bytes]
-        return sum(known) if known else None
-
-    @property
-    def used_fraction(self) -> float | None:
-        """How full the device is, from the driver's view, else from the framework pool."""
-        capacity = self.total_bytes
-        used = self.used_bytes if self.used_bytes is not None else self.reserved_bytes
-        if not capacity or used is None:
-            return None
-        return min(1.0, used / capacity)
+    @classmethod
+    def of(cls, ledger: Ledger) -> DeviceBar:
+        return cls(_segments(ledger), _capacity_bytes(ledger), _used_fraction(ledger), ledger)
 
     def segments(self) -> list[Segment]:
-        """Bar segments in drawing order; a segment with size None is unknown."""
-        out: list[Segment] = []
-        if self.has_ours or self.reserved_bytes is not None:
-            out.append(Segment("allocated", "allocated", self.allocated_bytes))
-            out.append(Segment("cached", "cached free", self.cached_free_bytes))
-            out.append(Segment("ours_other", "other (this run)", self.ours_other_bytes))
-        label = "other processes" if self.has_ours else "used"
-        out.append(Segment("others", label, self.other_processes_bytes))
-        out.append(Segment("free", "free", self._free()))
-        return out
+        """Bar segments in drawing order; a segment with size None was not measured."""
+        return list(self.drawn)
 
-    def _free(self) -> int | None:
-        if self.free_bytes is not None:
-            return self.free_bytes
-        if self.total_bytes is not None and self.used_bytes is not None:
-            return max(0, self.total_bytes - self.used_bytes)
+
+def _segments(ledger: Ledger) -> tuple[Segment, ...]:
+    out: list[Segment] = []
+    for term_key, key, label in _SEGMENTS:
+        # In a system view no process is the run's: they are all just processes.
+        system = term_key == OTHER_PROCESSES and not ledger.run_known
+        shown = "processes" if system else label
+        size = ledger.term(term_key)
+        if size is not None and (size or term_key != UNEXPLAINED):
+            out.append(Segment(key, shown, size))
+        elif term_key in ledger.unknown:
+            out.append(Segment(key, shown, None))
+    return tuple(out)
+
+
+def _capacity_bytes(ledger: Ledger) -> int | None:
+    if ledger.total_bytes:
+        return ledger.total_bytes
+    known = sum(max(0, term.bytes) for term in ledger.terms)
+    return known or None
+
+
+def _used_fraction(ledger: Ledger) -> float | None:
+    """How full the device is: all but the free term, else the framework pools."""
+    total = ledger.total_bytes
+    if not total:
         return None
-
-
-def ledger_at(trace: Trace, device: int, t: float) -> Ledger:
-    """The ledger of `device` from the last values recorded at or before `t`."""
-    ours = trace.our_pids()
-    ours_used: int | None = None
-    others_used: int | None = None
-    for series in trace.series_for(Metric.GPU_PROC_USED, device=device):
-        value = series.at(t)
-        if value is None:
-            continue
-        if series.key.pid in ours:
-            ours_used = (ours_used or 0) + int(value)
-        else:
-            others_used = (others_used or 0) + int(value)
-    total = trace.device_total_bytes(device)
-    return Ledger(
-        device=device,
-        total_bytes=total,
-        used_bytes=_value_at(trace, Metric.GPU_USED, device, t),
-        free_bytes=_value_at(trace, Metric.GPU_FREE, device, t),
-        allocated_bytes=_framework_sum(trace, Metric.ALLOCATED, device, t),
-        reserved_bytes=_framework_sum(trace, Metric.RESERVED, device, t),
-        ours_used_bytes=ours_used,
-        others_used_bytes=others_used,
-        has_ours=bool(ours),
-    )
-
-
-def framework_metrics(quantity: str) -> Iterable[str]:
-    """`torch.allocated`, `tf.allocated`, ... for a quantity."""
-    return (f"{prefix}.{quantity}" for prefix in FRAMEWORK_PREFIXES.values())
-
-
-def _framework_sum(trace: Trace, quantity: str, device: int, t: float) -> int | None:
-    total: int | None = None
-    for metric in framework_metrics(quantity):
-        for series in trace.series_for(metric, device=device):
-            value = series.at(t)
-            if value is not None:
-                total = (total or 0) + int(value)
-    return total
-
-
-def _value_at(trace: Trace, metric: str, device: int, t: float) -> int | None:
-    series = trace.series(metric, device=device)
-    value = series.at(t) if series is not None else None
-    return int(value) if value is not None else None
+    free = ledger.term(FREE)
+    if free is not None:
+        used = total - free
+    else:
+        pools = [ledger.term(key) for key in (ALLOCATED, CACHED_FREE, RESERVED)]
+        if all(p is None for p in pools):
+            return None
+        used = sum(p or 0 for p in pools)
+    return min(1.0, max(0.0, used / total))
 
 
 @dataclass(frozen=True)

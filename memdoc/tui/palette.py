@@ -9,6 +9,7 @@ SEGMENT_STYLES: dict[str, str] = {
     "ours_other": "#a371f7",
     "others": "#f778ba",
     "ours_rss": "#3fb950",
+    "unexplained": "#8b949e",
     "free": "#484f58",
 }
 RESERVED_BG = "#3b2f0b"  # the framework pool behind the allocated level

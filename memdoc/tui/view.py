@@ -7,10 +7,11 @@ import signal
 from dataclasses import dataclass, field
 
 from memdoc.trace import Metric, OomInfo, Trace
+from memdoc.trace.ledger import framework_pids, ledger_at
 from memdoc.trace.model import FRAMEWORK_PREFIXES
 from memdoc.trace.reader import oom_of
 from memdoc.tui.history import ChartData, Window, device_chart, host_chart
-from memdoc.tui.ledger import HostLedger, Ledger, framework_metrics, ledger_at
+from memdoc.tui.ledger import DeviceBar, HostLedger
 from memdoc.tui.sources import SourceState
 from memdoc.tui.timeline import EventIndex
 
@@ -85,7 +86,7 @@ class DashboardView:
     status: StatusView
     tabs: tuple[DeviceTab, ...] = ()
     device: int | None = None
-    ledger: Ledger | HostLedger | None = None
+    ledger: DeviceBar | HostLedger | None = None
     chart: ChartData | None = None
     processes: tuple[ProcessRow, ...] = ()
     host: HostView | None = None
@@ -102,15 +103,15 @@ def build_view(
         return DashboardView(status=_status(state, None, events, wall_now))
     now = state.now_t
     devices = trace.devices()
+    bars = {d.index: DeviceBar.of(ledger_at(trace, d.index, now)) for d in devices}
     tabs = tuple(
-        DeviceTab(d.index, _short_name(d.name), ledger_at(trace, d.index, now).used_fraction)
-        for d in devices
+        DeviceTab(d.index, _short_name(d.name), bars[d.index].used_fraction) for d in devices
     )
     indexes = [d.index for d in devices]
     device = request.device if request.device in indexes else (indexes[0] if indexes else None)
     window = _window(now, request)
     host = host_at(trace, now)
-    ledger: Ledger | HostLedger
+    ledger: DeviceBar | HostLedger
     if device is None:
         chart = host_chart(trace, events, window)
         ledger = HostLedger(
@@ -118,7 +119,7 @@ def build_view(
         )
     else:
         chart = device_chart(trace, events, device, window)
-        ledger = ledger_at(trace, device, now)
+        ledger = bars[device]
     return DashboardView(
         status=_status(state, trace, events, wall_now),
         tabs=tabs,
@@ -152,7 +153,7 @@ def process_rows(trace: Trace, device: int | None, t: float) -> tuple[ProcessRow
             if series.key.pid is not None and value is not None:
                 gpu[series.key.pid] = int(value)
     ours = {p.pid: p for p in trace.processes(ours=True) if p.t <= t}
-    on_device = _framework_pids(trace, device) if device is not None else set(ours)
+    on_device = framework_pids(trace, device) if device is not None else set(ours)
     for pid in on_device & set(ours):
         gpu.setdefault(pid, None)
     known = {p.pid: p for p in trace.processes()}
@@ -173,13 +174,6 @@ def process_rows(trace: Trace, device: int | None, t: float) -> tuple[ProcessRow
         )
     rows.sort(key=lambda r: (not r.ours, -(r.gpu_bytes or 0), r.pid))
     return tuple(rows[:MAX_PROCESS_ROWS])
-
-
-def _framework_pids(trace: Trace, device: int) -> set[int]:
-    metrics = set(framework_metrics(Metric.RESERVED)) | set(framework_metrics(Metric.ALLOCATED))
-    return {
-        k.pid for k in trace.series_keys() if k.device == device and k.metric in metrics and k.pid
-    }
 
 
 def host_at(trace: Trace, t: float) -> HostView:

@@ -1,26 +1,30 @@
-"""The memory ledger: every byte of the device is accounted for, and unknowns are named."""
+"""The report's ledgers: each GPU at its peak and at the OOM, the same as the dashboard's."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from memdoc.report.ledger import (
+from memdoc.report.data import ReportData
+from memdoc.report.ledger import device_ledgers
+from memdoc.trace import load_run, load_trace
+from memdoc.trace.ledger import (
     ALLOCATED,
     CACHED_FREE,
     FREE,
     OTHER_PROCESSES,
     PROCESS_OTHER,
     UNEXPLAINED,
-    Readings,
-    build_ledger,
-    device_ledgers,
-    readings_from_oom,
 )
-from memdoc.trace import OomInfo, ProcessUsage, load_trace
-from memdoc.units import GiB, MiB, parse_size
-from tests.report.traces import H200_TOTAL, oom_1g, write_clean_h200_run, write_oom_run
+from memdoc.tui.demo import DemoRun, write_demo_trace
+from memdoc.tui.ledger import DeviceBar
+from memdoc.tui.sources import KIND_REPLAY, SourceState
+from memdoc.tui.timeline import EventIndex
+from memdoc.tui.view import ViewRequest, build_view
+from memdoc.units import GiB, parse_size
+from tests.report.traces import H200_TOTAL, write_clean_h200_run, write_oom_run
 
 
 def _size(text: str) -> int:
@@ -67,104 +71,46 @@ def test_the_oom_ledger_takes_the_numbers_of_the_error_message(tmp_path: Path) -
     assert at_oom.term(OTHER_PROCESSES) == pytest.approx(1.0 * GiB)
 
 
-def test_the_remainder_is_exactly_what_no_reading_explains() -> None:
-    readings = Readings(
-        total_bytes=100 * GiB,
-        free_bytes=10 * GiB,
-        allocated_bytes={"pytorch": 50 * GiB},
-        reserved_bytes={"pytorch": 60 * GiB},
-        this_process_bytes=65 * GiB,
-        other_processes_bytes=20 * GiB,
-    )
-
-    ledger = build_ledger(0, "peak", 1.0, readings)
-
-    assert [(t.key, t.bytes // GiB) for t in ledger.terms] == [
-        (ALLOCATED, 50),
-        (CACHED_FREE, 10),
-        (PROCESS_OTHER, 5),
-        (OTHER_PROCESSES, 20),
-        (FREE, 10),
-        (UNEXPLAINED, 5),
-    ]
-    assert ledger.unknown == ()
+def _demo(path: Path) -> Path:
+    return write_demo_trace(path, DemoRun(devices=2, seconds=30.0))
 
 
-def test_terms_nobody_measured_are_named_and_left_in_the_remainder() -> None:
-    # A framework collector alone: no driver figures for processes.
-    readings = Readings(
-        total_bytes=80 * GiB, free_bytes=30 * GiB, allocated_bytes={"pytorch": 40 * GiB}
-    )
-
-    ledger = build_ledger(0, "peak", 1.0, readings)
-
-    assert ledger.accounted_bytes == 80 * GiB
-    assert ledger.term(UNEXPLAINED) == 10 * GiB
-    assert "other processes" in ledger.unknown
-    assert any("context" in name for name in ledger.unknown)
-
-
-def test_without_a_device_total_no_remainder_is_invented() -> None:
-    ledger = build_ledger(0, "peak", 1.0, Readings(allocated_bytes={"pytorch": 4 * GiB}))
-
-    assert ledger.term(UNEXPLAINED) is None
-    assert any("device total unknown" in note for note in ledger.notes)
-
-
-def test_a_lone_other_process_holding_our_whole_pool_is_taken_as_this_process() -> None:
-    # Source: Tianhao-Qi/Mask2DiT#4 (catalogue 1g): in a container the message shows the
-    # host PID, so "Process 76883 has 53.16 GiB" is this very process.
-    oom = OomInfo(
-        framework="pytorch",
-        device=0,
-        requested_bytes=_size("35.60 GiB"),
-        total_bytes=_size("79.33 GiB"),
-        free_bytes=_size("26.16 GiB"),
-        allocated_bytes=_size("11.97 GiB"),
-        reserved_unallocated_bytes=_size("40.69 GiB"),
-        processes=(ProcessUsage(76883, _size("53.16 GiB"), False),),
-    )
-
-    ledger = build_ledger(0, "oom", 1.0, readings_from_oom(oom, Readings()))
-
-    assert ledger.term(OTHER_PROCESSES) == 0
-    assert ledger.term(PROCESS_OTHER) == _size("53.16 GiB") - _size("11.97 GiB") - _size(
-        "40.69 GiB"
-    )
-    assert ledger.accounted_bytes == _size("79.33 GiB")
-    assert 0 <= (ledger.term(UNEXPLAINED) or 0) < 50 * MiB
-    assert any("PID namespace" in note for note in ledger.notes)
-
-
-def test_a_process_holding_less_than_our_pool_stays_another_process() -> None:
-    oom = oom_1g()
-    with_other = OomInfo(**{**oom.__dict__, "processes": (ProcessUsage(555, 2 * GiB, False),)})
-
-    ledger = build_ledger(0, "oom", 1.0, readings_from_oom(with_other, Readings()))
-
-    assert ledger.term(OTHER_PROCESSES) == 2 * GiB
+def _oom_run(path: Path) -> Path:
+    return write_oom_run(path)
 
 
 @pytest.mark.parametrize(
-    ("framework", "says"),
+    ("write", "device"),
     [
-        pytest.param("jax", "XLA_PYTHON_CLIENT_PREALLOCATE", id="jax"),
-        pytest.param("tensorflow", "memory growth", id="tensorflow"),
+        pytest.param(_demo, 0, id="dashboard-demo-gpu0-beside-another-process"),
+        pytest.param(_demo, 1, id="dashboard-demo-gpu1"),
+        pytest.param(_oom_run, 0, id="report-oom-run"),
     ],
 )
-def test_a_preallocated_pool_is_explained_not_alarming(framework: str, says: str) -> None:
-    readings = Readings(
-        total_bytes=80 * GiB,
-        allocated_bytes={framework: 2 * GiB},
-        reserved_bytes={framework: 60 * GiB},
+def test_the_dashboard_and_the_report_give_the_same_ledger_at_the_same_instant(
+    tmp_path: Path, write: Callable[[Path], Path], device: int
+) -> None:
+    # GIVEN one trace, the report's ledger at a device's peak
+    path = write(tmp_path / "run.memdoc")
+    report = ReportData.from_run(load_run([path]), [])
+    at_peak = next(lg for lg in report.ledgers if lg.device == device and lg.moment == "peak")
+    assert at_peak.t is not None
+    # WHEN the dashboard shows that device at that instant
+    trace = load_trace(path)
+    events = EventIndex()
+    events.update(trace)
+    state = SourceState(KIND_REPLAY, path.name, trace, now_t=at_peak.t, paused=True)
+    view = build_view(state, events, ViewRequest(device=device), 0.0)
+    # THEN both show the same terms, and the bar draws each of them at its size
+    assert isinstance(view.ledger, DeviceBar)
+    shown = view.ledger.ledger
+    assert (shown.total_bytes, shown.terms, shown.unknown) == (
+        at_peak.total_bytes,
+        at_peak.terms,
+        at_peak.unknown,
     )
-
-    ledger = build_ledger(0, "peak", 1.0, readings)
-
-    assert any(says in note for note in ledger.notes)
-
-
-def test_a_small_pool_gets_no_preallocation_note() -> None:
-    readings = Readings(total_bytes=80 * GiB, reserved_bytes={"jax": 2 * GiB})
-
-    assert not any("preallocate" in n.lower() for n in build_ledger(0, "peak", 1.0, readings).notes)
+    bar = {s.key: s.size_bytes for s in view.ledger.segments()}
+    assert bar["allocated"] == at_peak.term(ALLOCATED)
+    assert bar["free"] == at_peak.term(FREE)
+    assert bar.get("unexplained", 0) == at_peak.term(UNEXPLAINED)
+    assert sum(size or 0 for size in bar.values()) == at_peak.total_bytes

@@ -17,9 +17,10 @@ from memdoc.trace import (
     TraceWriter,
     load_trace,
 )
+from memdoc.trace.ledger import ALLOCATED, Ledger
 from memdoc.tui.app import KEYS, MemdocApp, make_app
 from memdoc.tui.html_report import open_in_browser
-from memdoc.tui.ledger import Ledger
+from memdoc.tui.ledger import DeviceBar
 from memdoc.tui.screens.help import HelpScreen, bindings_table
 from memdoc.tui.sources import ReplaySource, TraceFollowSource
 from memdoc.tui.view import DashboardView
@@ -44,9 +45,9 @@ def shown(app: MemdocApp) -> DashboardView:
 
 
 def device_ledger(app: MemdocApp) -> Ledger:
-    ledger = shown(app).ledger
-    assert isinstance(ledger, Ledger)
-    return ledger
+    bar = shown(app).ledger
+    assert isinstance(bar, DeviceBar)
+    return bar.ledger
 
 
 def chart_span_s(app: MemdocApp) -> tuple[float, float]:
@@ -194,11 +195,11 @@ async def test_following_picks_up_samples_appended_while_it_runs(tmp_path: Path)
     app = make_app(TraceFollowSource(path), rules=no_rules, clock=time.time)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.view is not None and shown(app).ledger is not None)
-        assert device_ledger(app).allocated_bytes == 1 * GiB
+        assert device_ledger(app).term(ALLOCATED) == 1 * GiB
         assert shown(app).status.live
         with path.open("a") as stream:
             stream.write(f"[{0.5},0,{5 * GiB}]\n")
-        await wait_for(pilot, lambda: device_ledger(app).allocated_bytes == 5 * GiB)
+        await wait_for(pilot, lambda: device_ledger(app).term(ALLOCATED) == 5 * GiB)
         with path.open("a") as stream:
             stream.write('{"type":"end","t":0.6,"exit_code":0}\n')
         await wait_for(pilot, lambda: not shown(app).status.live)

@@ -8,9 +8,16 @@ import pytest
 from rich.text import Text
 
 from memdoc.trace import SCHEMA_VERSION, Header, Metric, SeriesKey, Trace, load_trace
-from memdoc.tui.demo import CONTEXT_BYTES, DEVICE_TOTAL_BYTES, OTHER_BYTES, OTHER_PID
+from memdoc.trace.ledger import Readings, build_ledger, ledger_at
+from memdoc.tui.demo import (
+    CONTEXT_BYTES,
+    DEVICE_TOTAL_BYTES,
+    DRIVER_BYTES,
+    OTHER_BYTES,
+    OTHER_PID,
+)
 from memdoc.tui.history import TICK_MARK, TICK_OOM, TICK_STEP, Window, device_chart, host_chart
-from memdoc.tui.ledger import Ledger, Segment, ledger_at
+from memdoc.tui.ledger import DeviceBar, Segment
 from memdoc.tui.sources import KIND_FOLLOW, SourceState
 from memdoc.tui.timeline import EventIndex
 from memdoc.tui.view import StatusView, ViewRequest, build_view, process_rows
@@ -30,24 +37,35 @@ def _events(trace: Trace) -> EventIndex:
     return events
 
 
-def test_the_ledger_splits_the_device_into_the_five_layers(demo_trace: Path) -> None:
+def test_the_ledger_splits_the_device_into_six_layers_the_driver_remainder_shown(
+    demo_trace: Path,
+) -> None:
     trace = load_trace(demo_trace)
-    ledger = ledger_at(trace, 0, 20.0)
+    bar = DeviceBar.of(ledger_at(trace, 0, 20.0))
     reserved = trace.series("torch.reserved", 0, RANK0).at(20.0)
     allocated = trace.series("torch.allocated", 0, RANK0).at(20.0)
     used = trace.series(Metric.GPU_USED, 0).at(20.0)
-    sizes = {s.key: s.size_bytes for s in ledger.segments()}
+    sizes = {s.key: s.size_bytes for s in bar.segments()}
     assert sizes["allocated"] == allocated
     assert sizes["cached"] == reserved - allocated
     assert sizes["ours_other"] == CONTEXT_BYTES
-    assert sizes["others"] == used - (reserved + CONTEXT_BYTES)  # the other process + driver
-    assert sizes["others"] >= OTHER_BYTES
+    assert sizes["others"] == OTHER_BYTES
+    # The driver's own reservation is in no process: the bar names it rather than hide it.
+    assert sizes["unexplained"] == used - (reserved + CONTEXT_BYTES + OTHER_BYTES) == DRIVER_BYTES
+    assert sizes["free"] == DEVICE_TOTAL_BYTES - used
     assert sum(v for v in sizes.values() if v) == DEVICE_TOTAL_BYTES
+    assert list(sizes) == ["allocated", "cached", "ours_other", "others", "unexplained", "free"]
+    # Between two samples nothing changes on screen, so the bar is not redrawn.
+    assert DeviceBar.of(ledger_at(trace, 0, 20.001)) == bar
+
+
+def _bar(readings: Readings) -> DeviceBar:
+    return DeviceBar.of(build_ledger(0, "now", 1.0, readings))
 
 
 def test_a_ledger_without_the_driver_view_leaves_those_layers_unknown() -> None:
-    ledger = Ledger(0, None, None, None, 3 * GiB, 5 * GiB, None, None, has_ours=True)
-    sizes = {s.key: s.size_bytes for s in ledger.segments()}
+    bar = _bar(Readings(allocated_bytes={"pytorch": 3 * GiB}, reserved_bytes={"pytorch": 5 * GiB}))
+    sizes = {s.key: s.size_bytes for s in bar.segments()}
     assert sizes == {
         "allocated": 3 * GiB,
         "cached": 2 * GiB,
@@ -55,16 +73,41 @@ def test_a_ledger_without_the_driver_view_leaves_those_layers_unknown() -> None:
         "others": None,
         "free": None,
     }
-    assert ledger.capacity_bytes == 5 * GiB  # the bar is drawn against what is known
+    assert bar.capacity_bytes == 5 * GiB  # the bar is drawn against what is known
+    assert bar.used_fraction is None
 
 
-def test_a_system_view_calls_everything_used_by_its_name() -> None:
-    ledger = Ledger(1, 24 * GiB, 20 * GiB, 4 * GiB, None, None, None, 20 * GiB, has_ours=False)
-    assert [(s.label, s.size_bytes) for s in ledger.segments()] == [
-        ("used", 20 * GiB),
+def test_a_fully_explained_device_draws_no_remainder() -> None:
+    bar = _bar(
+        Readings(
+            total_bytes=24 * GiB,
+            free_bytes=4 * GiB,
+            this_process_bytes=12 * GiB,
+            other_processes_bytes=8 * GiB,
+        )
+    )
+    assert [(s.key, s.size_bytes) for s in bar.segments()] == [
+        ("ours_other", 12 * GiB),
+        ("others", 8 * GiB),
         ("free", 4 * GiB),
     ]
-    assert ledger.used_fraction == pytest.approx(20 / 24)
+    assert bar.used_fraction == pytest.approx(20 / 24)
+
+
+def test_a_system_view_calls_every_process_just_a_process() -> None:
+    bar = _bar(
+        Readings(
+            total_bytes=24 * GiB,
+            free_bytes=4 * GiB,
+            other_processes_bytes=19 * GiB,
+            run_known=False,
+        )
+    )
+    assert [(s.label, s.size_bytes) for s in bar.segments()] == [
+        ("processes", 19 * GiB),
+        ("unexplained", 1 * GiB),
+        ("free", 4 * GiB),
+    ]
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,9 @@ import pytest
 
 from memdoc.collectors.nvml_gate import NvmlUnavailable, open_gate
 from memdoc.trace import Metric, load_trace
+from memdoc.trace.ledger import FREE
 from memdoc.tui.feed import Feed
+from memdoc.tui.ledger import DeviceBar
 from memdoc.tui.sources import SPEEDS, ReplaySource, Seekable, TraceFollowSource
 from memdoc.tui.system import SystemSource
 from memdoc.tui.view import ViewRequest
@@ -122,7 +124,9 @@ def test_the_system_view_shows_every_gpu_and_process_the_driver_reports() -> Non
     source.close()
     assert [tab.index for tab in view.tabs] == [0, 1]
     assert view.device == 1
-    assert view.ledger is not None and view.ledger.total_bytes == 24564 * MiB
+    assert isinstance(view.ledger, DeviceBar) and view.ledger.ledger.total_bytes == 24564 * MiB
+    # memdoc top watches: the process on the GPU is just a process, not "another" one.
+    assert ("processes", 17246 * MiB) in [(s.label, s.size_bytes) for s in view.ledger.segments()]
     assert [(r.pid, r.gpu_bytes, r.ours) for r in view.processes] == [(100477, 17246 * MiB, False)]
     assert view.host is not None and view.host.available_bytes is not None
     assert view.host.rss_bytes is None  # memdoc's own RSS is not shown as if it were a run
@@ -174,4 +178,4 @@ def test_live_replays_files_other_tools_wrote(tmp_path: Path) -> None:
     assert isinstance(source, ReplaySource) and source.speed == 2.0
     view = Feed(source, rules=no_rules).next_frame(ViewRequest()).view
     assert [tab.name for tab in view.tabs] == ["RTX A5000", "RTX A5000"]
-    assert view.ledger is not None and view.ledger.used_bytes is not None
+    assert isinstance(view.ledger, DeviceBar) and view.ledger.ledger.term(FREE) is not None

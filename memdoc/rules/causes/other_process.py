@@ -14,7 +14,7 @@ from memdoc.rules.facts import (
     library_name,
     starved_library,
 )
-from memdoc.rules.ledger import pool_bytes, this_process_bytes
+from memdoc.rules.ledger import pool_bytes
 from memdoc.rules.spec import (
     LIKELY,
     POSSIBLE,
@@ -24,6 +24,7 @@ from memdoc.rules.spec import (
     share_evidence,
     snippet,
 )
+from memdoc.trace.ledger import oom_this_process_bytes
 from memdoc.trace.model import Metric, OomInfo, ProcessUsage
 from memdoc.trace.reader import Trace
 from memdoc.units import GiB, format_bytes
@@ -271,7 +272,7 @@ def _others_in_text(oom: OomInfo, total: float | None) -> _Others | None:
     pids = tuple(p.pid for p in others if p.pid is not None)
     if total is None or oom.free_bytes is None:
         return _Others(named, 0.0, pids, certain) if others else None
-    this_bytes = this_process_bytes(oom) or (this.used_bytes if this is not None else None)
+    this_bytes = oom_this_process_bytes(oom) or (this.used_bytes if this is not None else None)
     if this_bytes is not None:
         unaccounted = total - oom.free_bytes - this_bytes - named
     elif own_pool is not None and not oom.processes:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from memdoc.tui.ledger import HostLedger, Ledger, Segment
+from memdoc.tui.ledger import DeviceBar, HostLedger, Segment
 from memdoc.tui.palette import MUTED, SEGMENT_STYLES, fill_style
 from memdoc.tui.widgets.text import LinesWidget, pack
 from memdoc.units import format_bytes, format_percent
@@ -19,8 +19,10 @@ SHORT_LABELS = {
     "other processes": "others",
     "this run (RSS)": "run RSS",
     "other used": "others",
+    "pool (split unknown)": "pool",
 }
-FREE_CELL = "░"
+# Free and the unexplained remainder are shaded, not solid: nothing measured fills them.
+SEGMENT_CELLS = {"free": "░", "unexplained": "▒"}
 
 
 def bar_cells(segments: list[Segment], capacity_bytes: int | None, width: int) -> list[int]:
@@ -49,12 +51,12 @@ def bar_cells(segments: list[Segment], capacity_bytes: int | None, width: int) -
     return cells
 
 
-def ledger_title(ledger: Ledger | HostLedger, name: str) -> Text:
+def ledger_title(ledger: DeviceBar | HostLedger, name: str) -> Text:
     text = Text.assemble((name, "bold"))
     capacity = ledger.capacity_bytes
     if capacity:
         text.append(f"  {format_bytes(capacity)}", style=MUTED)
-    if isinstance(ledger, Ledger):
+    if isinstance(ledger, DeviceBar):
         fraction = ledger.used_fraction
         if fraction is not None:
             text.append(f"  {format_percent(fraction)} used", style=fill_style(fraction))
@@ -85,10 +87,10 @@ class LedgerBar(LinesWidget):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self._ledger: Ledger | HostLedger | None = None
+        self._ledger: DeviceBar | HostLedger | None = None
         self._title = ""
 
-    def show(self, ledger: Ledger | HostLedger | None, name: str) -> None:
+    def show(self, ledger: DeviceBar | HostLedger | None, name: str) -> None:
         if (ledger, name) != (self._ledger, self._title):
             self._ledger, self._title = ledger, name
             self.update_lines()
@@ -102,7 +104,7 @@ class LedgerBar(LinesWidget):
         for segment, cells in zip(
             segments, bar_cells(segments, ledger.capacity_bytes, width), strict=True
         ):
-            cell = FREE_CELL if segment.key == "free" else BAR_CELL
+            cell = SEGMENT_CELLS.get(segment.key, BAR_CELL)
             bar.append(cell * cells, style=SEGMENT_STYLES.get(segment.key, ""))
         if width < COMPACT_WIDTH:
             return [bar, *legend_lines(segments, width, short=True)]
