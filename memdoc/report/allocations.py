@@ -34,6 +34,9 @@ class Fragmentation:
     inactive_split_bytes: int  # free pieces inside segments that also hold live blocks
     segments: int
     request_fits_largest_free: bool | None  # None when no failed request is recorded
+    # 1 - largest free block / total free (the TensorFlow profiler's measure); None when
+    # nothing is free.
+    ratio: float | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,7 @@ def from_analysis(analysis: SnapshotAnalysis, *, snapshot: str, reason: str | No
             inactive_split_bytes=pool.inactive_split_bytes,
             segments=pool.segments,
             request_fits_largest_free=analysis.fragmentation.fits_largest_free,
+            ratio=pool.fragmentation,
         ),
         what_if=tuple(WhatIfRow(w.change, w.verdict, tuple(w.reasons)) for w in analysis.what_if),
     )

@@ -325,6 +325,7 @@ def _pool_facts(allocs: Allocations) -> str:
         ("cached, free", format_bytes(pool.free_bytes, 2)),
         ("free inside split segments", format_bytes(pool.inactive_split_bytes, 2)),
         ("largest free block", format_bytes(pool.largest_free_block_bytes, 2)),
+        ("fragmentation (1 − largest free block / free)", format_percent(pool.ratio)),
         ("segments", str(pool.segments)),
     ]
     if pool.request_fits_largest_free is not None:

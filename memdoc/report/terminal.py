@@ -39,8 +39,12 @@ def render_terminal(data: ReportData, console: Console) -> None:
             console.print(part)
     for warning in data.warnings:
         console.print(Text(f"warning: {warning}", style="yellow"))
+    target = data.overview.trace_path or "TRACE"
     console.print(
-        Text("The timeline of every layer is in the HTML report: memdoc report TRACE", style="dim")
+        Text(
+            f"The timeline of every layer is in the HTML report: memdoc report {target}",
+            style="dim",
+        )
     )
 
 
@@ -268,7 +272,8 @@ def allocations_view(allocs: Allocations | None) -> RenderableType | None:
     pool = allocs.fragmentation
     facts = Text(
         f"pool: {format_bytes(pool.reserved_bytes)} reserved, {format_bytes(pool.allocated_bytes)} "
-        f"allocated, largest free block {format_bytes(pool.largest_free_block_bytes)}",
+        f"allocated, largest free block {format_bytes(pool.largest_free_block_bytes)}, "
+        f"fragmentation {format_percent(pool.ratio)} (1 - largest free block / free)",
         style="dim",
     )
     title = _heading(f"Allocations on GPU {allocs.device} (snapshot {allocs.snapshot})")
