@@ -12,6 +12,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
+from memdoc import recordings
 from memdoc.session import DEFAULT_INTERVAL_S, Session
 
 P = ParamSpec("P")
@@ -87,6 +88,7 @@ class watch:
         self.quiet = quiet
         self.session: Session | None = None
         self._writer: Any = None
+        self._entry: Path | None = None
 
     # -- context manager ------------------------------------------------------------------
 
@@ -108,6 +110,7 @@ class watch:
         )
         self.session.start()
         push_session(self.session)
+        self._entry = recordings.register(self.path, sys.argv)
         return self
 
     def __exit__(
@@ -122,6 +125,8 @@ class watch:
         if session is None:
             return
         pop_session(session)
+        recordings.unregister(self._entry)
+        self._entry = None
         if exc is not None:
             session.record_exception(exc, tb, where="watch")
         session.stop()

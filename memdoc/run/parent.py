@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from memdoc import recordings
 from memdoc.collectors.registry import parent_collectors
 from memdoc.run.channel import ENV_INTERVAL, ENV_SOCKET, AgentServer
 from memdoc.run.tee import StreamTee, same_file, should_tee
@@ -94,6 +95,14 @@ def run_program(options: RunOptions) -> RunResult:
     """Run the program to its end under observation. The program's stdin, stdout, stderr,
     signals and exit status are its own; memdoc's failures never stop it."""
     writer = TraceWriter(options.output, _header(options), force=options.force)
+    entry = recordings.register(options.output, options.display_command)
+    try:
+        return _run_recorded(options, writer)
+    finally:
+        recordings.unregister(entry)
+
+
+def _run_recorded(options: RunOptions, writer: TraceWriter) -> RunResult:
     sock_dir = tempfile.mkdtemp(prefix="memdoc-")
     socket_path = os.path.join(sock_dir, "agent.sock")
     server = AgentServer(socket_path, writer)  # listening now, accepting once started

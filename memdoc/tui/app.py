@@ -32,6 +32,7 @@ from memdoc.tui.widgets.host import HostPanel
 from memdoc.tui.widgets.ledger import LedgerBar
 from memdoc.tui.widgets.processes import ProcessTable
 from memdoc.tui.widgets.program_log import ProgramLog
+from memdoc.tui.widgets.recordings import RecordingsPanel
 from memdoc.tui.widgets.tabs import DeviceTabs
 
 REFRESH_INTERVAL_S = 0.25  # four frames a second
@@ -124,6 +125,8 @@ class MemdocApp(App[int]):
         self.chart = HistoryChart(id="chart")
         self.processes = ProcessTable(id="processes")
         self.host = HostPanel(id="host")
+        self.recordings = RecordingsPanel(id="recordings")
+        self.recordings.display = False  # until a frame says its source looks for them
         self.findings_panel = FindingsPanel(id="findings")
         self.program_log = ProgramLog(log_path.name, id="program-log") if log_path else None
 
@@ -139,6 +142,7 @@ class MemdocApp(App[int]):
             yield self.processes
             with Vertical(id="side"):
                 yield self.host
+                yield self.recordings
                 yield self.findings_panel
         if self.program_log is not None:
             yield self.program_log
@@ -195,6 +199,8 @@ class MemdocApp(App[int]):
         self.processes.show(view.processes, _empty_processes_text(view))
         self.processes.display = bool(view.tabs or view.processes)
         self.host.show(view.host)
+        self.recordings.show(view.recordings or ())
+        self.recordings.display = view.recordings is not None
         self.frames_shown += 1
 
     def on_findings_updated(self, message: FindingsUpdated) -> None:

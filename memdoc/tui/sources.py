@@ -12,6 +12,7 @@ from typing import Protocol, runtime_checkable
 from memdoc.errors import MemdocError
 from memdoc.trace import Trace
 from memdoc.trace.tail import TraceTail
+from memdoc.tui.under_memdoc import LiveRecording
 
 # Replay speeds offered by the faster/slower keys.
 SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
@@ -37,6 +38,8 @@ class SourceState:
     notes: tuple[str, ...] = ()
     error: str | None = None
     damaged_lines: int = 0
+    # Recordings running on this machine; None from a source that does not look for them.
+    recordings: tuple[LiveRecording, ...] | None = None
 
 
 class SampleSource(Protocol):

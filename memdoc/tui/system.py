@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -15,6 +15,8 @@ from memdoc.collectors.base import CollectorFailed, Values
 from memdoc.collectors.host import HostCollector
 from memdoc.collectors.nvml import NvmlCollector
 from memdoc.collectors.nvml_gate import NvmlGate, open_gate
+from memdoc.errors import MemdocError
+from memdoc.recordings import Recording, live_recordings
 from memdoc.trace import (
     SCHEMA_VERSION,
     CollectorStatus,
@@ -27,11 +29,18 @@ from memdoc.trace import (
     SeriesKey,
     Trace,
 )
+from memdoc.trace.tail import TraceTail
 from memdoc.tui.sources import KIND_SYSTEM, SourceState
+from memdoc.tui.under_memdoc import LiveRecording
 
 DEFAULT_INTERVAL_S = 1.0
 # Host RSS of the processes on the GPUs: psutil reads cost tens of µs each, so not every tick.
 PROCESS_RSS_INTERVAL_S = 3.0
+# Programs that run under memdoc announce themselves; a new one shows up within this time.
+RECORDINGS_INTERVAL_S = 2.0
+# Reading a long trace from its start takes a while: at most this much of each sample.
+TAIL_BUDGET_S = 0.2
+TAIL_CHUNK_BYTES = 1024 * 1024
 
 
 class TraceSink:
@@ -80,6 +89,70 @@ class TraceSink:
         self.event(Event(time.time(), kind, os.getpid(), dict(data or {})))
 
 
+class RecordingTails:
+    """The traces of the recordings running on this machine, each read as it grows."""
+
+    def __init__(
+        self,
+        find: Callable[[], Sequence[Recording]],
+        *,
+        budget_s: float = TAIL_BUDGET_S,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._find = find
+        self._budget_s = budget_s
+        self._monotonic = monotonic
+        self._tails: dict[Recording, TraceTail] = {}
+        self._current: set[Recording] = set()  # read up to the end once: its values are recent
+        self._broken: set[Recording] = set()
+
+    def refresh(self) -> None:
+        """Read the registry: follow new recordings, forget those that ended."""
+        try:
+            found = list(self._find())
+        except OSError:
+            return
+        for recording in found:
+            if recording not in self._tails:
+                self._tails[recording] = TraceTail(
+                    recording.trace_path, chunk_bytes=TAIL_CHUNK_BYTES
+                )
+        for gone in set(self._tails) - set(found):
+            del self._tails[gone]
+            self._current.discard(gone)
+            self._broken.discard(gone)
+
+    def poll(self) -> tuple[LiveRecording, ...]:
+        """Read what each trace gained; a trace is shown once it was read to its end."""
+        deadline = self._monotonic() + self._budget_s
+        for recording, tail in self._tails.items():
+            if recording in self._broken:
+                continue
+            try:
+                tail.poll()
+                while not tail.caught_up and self._monotonic() < deadline:
+                    tail.poll()
+            except MemdocError:
+                self._broken.add(recording)  # not a trace (any more): listed, not read
+                continue
+            if tail.caught_up:
+                self._current.add(recording)
+        return tuple(
+            LiveRecording(r, t.trace if r in self._current and r not in self._broken else None)
+            for r, t in self._tails.items()
+        )
+
+    @property
+    def pids(self) -> set[int]:
+        """Every process the recordings own."""
+        return {
+            p.pid
+            for tail in self._tails.values()
+            if tail.trace
+            for p in tail.trace.processes(ours=True)
+        }
+
+
 class SystemSource:
     """Samples NVML (every device and process) and host memory every `interval_s`.
 
@@ -94,6 +167,7 @@ class SystemSource:
         *,
         gate_factory: Callable[[], NvmlGate] = open_gate,
         clock: Callable[[], float] = time.time,
+        find_recordings: Callable[[], Sequence[Recording]] = live_recordings,
     ) -> None:
         self.label = "this machine"
         self.interval_s = interval_s
@@ -102,6 +176,9 @@ class SystemSource:
         self._paused = False
         self._last_sample = float("-inf")
         self._last_rss = float("-inf")
+        self._last_registry = float("-inf")
+        self._tails = RecordingTails(find_recordings)
+        self._recordings: tuple[LiveRecording, ...] = ()
         created = clock()
         header = Header(
             version=SCHEMA_VERSION,
@@ -137,6 +214,7 @@ class SystemSource:
                 paused=self._paused,
                 live=True,
                 notes=tuple(self._notes),
+                recordings=self._recordings,
             )
 
     def set_paused(self, paused: bool) -> None:
@@ -176,6 +254,10 @@ class SystemSource:
                 self._notes.append(exc.reason)
                 collector.close()
                 setattr(self, name, None)
+        if now - self._last_registry >= RECORDINGS_INTERVAL_S:
+            self._last_registry = now
+            self._tails.refresh()
+        self._recordings = self._tails.poll()
         values = {k: v for k, v in values.items() if k.metric != Metric.HOST_RSS}
         if now - self._last_rss >= PROCESS_RSS_INTERVAL_S:
             self._last_rss = now
@@ -185,6 +267,7 @@ class SystemSource:
     def _rss_of_gpu_processes(self, values: Values) -> None:
         pids = {k.pid for k in self.trace.series_keys() if k.metric == Metric.GPU_PROC_USED}
         pids |= {k.pid for k in values if k.metric == Metric.GPU_PROC_USED}
+        pids |= self._tails.pids
         for pid in pids:
             if pid is None:
                 continue

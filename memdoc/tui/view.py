@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from memdoc.trace import Metric, OomInfo, Trace
+from memdoc.trace import Metric, OomInfo, ProcessInfo, Trace
 from memdoc.trace.ledger import framework_pids, ledger_at
 from memdoc.trace.model import FRAMEWORK_PREFIXES
 from memdoc.trace.reader import oom_of
@@ -14,6 +15,7 @@ from memdoc.tui.history import ChartData, Window, device_chart, host_chart
 from memdoc.tui.ledger import DeviceBar, HostLedger
 from memdoc.tui.sources import SourceState
 from memdoc.tui.timeline import EventIndex
+from memdoc.tui.under_memdoc import FrameworkUse, RecordingRow, framework_use, recording_rows
 
 MAX_PROCESS_ROWS = 64
 
@@ -42,6 +44,14 @@ class ProcessRow:
     gpu_bytes: int | None
     rss_bytes: int | None
     ours: bool
+    # `memdoc top`: a process that runs under memdoc, and what its trace says it holds here.
+    recorder_pid: int | None = None
+    framework_allocated_bytes: int | None = None
+    framework_reserved_bytes: int | None = None
+
+    @property
+    def under_memdoc(self) -> bool:
+        return self.recorder_pid is not None
 
 
 @dataclass(frozen=True)
@@ -92,6 +102,7 @@ class DashboardView:
     host: HostView | None = None
     oom: OomView | None = None
     warnings: tuple[str, ...] = field(default=())
+    recordings: tuple[RecordingRow, ...] | None = None  # None: the source does not look
 
 
 def build_view(
@@ -120,16 +131,19 @@ def build_view(
     else:
         chart = device_chart(trace, events, device, window)
         ledger = bars[device]
+    live = state.recordings
+    use = framework_use(live, devices, device) if live else {}
     return DashboardView(
         status=_status(state, trace, events, wall_now),
         tabs=tabs,
         device=device,
         ledger=ledger,
         chart=chart,
-        processes=process_rows(trace, device, now),
+        processes=process_rows(trace, device, now, use),
         host=host,
         oom=_oom(events, now),
         warnings=tuple(trace.warnings),
+        recordings=None if live is None else recording_rows(live, wall_now),
     )
 
 
@@ -144,8 +158,15 @@ def _window(now: float, request: ViewRequest) -> Window:
     return Window(t1 - request.window_s, t1, columns, end_s=now)
 
 
-def process_rows(trace: Trace, device: int | None, t: float) -> tuple[ProcessRow, ...]:
-    """Processes on `device` (every process of the run when there is no device), ours first."""
+def process_rows(
+    trace: Trace, device: int | None, t: float, use: Mapping[int, FrameworkUse] | None = None
+) -> tuple[ProcessRow, ...]:
+    """Processes on `device` (every process of the run when there is no device), ours first.
+
+    `use`: processes that run under memdoc, from their own traces (`memdoc top`); those with
+    framework memory on the device are listed even when the driver does not show them.
+    """
+    use = use or {}
     gpu: dict[int, int | None] = {}
     if device is not None:
         for series in trace.series_for(Metric.GPU_PROC_USED, device=device):
@@ -156,24 +177,45 @@ def process_rows(trace: Trace, device: int | None, t: float) -> tuple[ProcessRow
     on_device = framework_pids(trace, device) if device is not None else set(ours)
     for pid in on_device & set(ours):
         gpu.setdefault(pid, None)
+    for pid, fw in use.items():
+        if fw.allocated_bytes is not None or fw.reserved_bytes is not None:
+            gpu.setdefault(pid, None)
     known = {p.pid: p for p in trace.processes()}
-    rows = []
-    for pid, used in gpu.items():
-        info = known.get(pid)
-        rss = trace.series(Metric.HOST_RSS, pid=pid)
-        rss_value = rss.at(t) if rss is not None else None
-        rows.append(
-            ProcessRow(
-                pid=pid,
-                user=info.user if info else None,
-                command=" ".join(info.command) if info and info.command else "?",
-                gpu_bytes=used,
-                rss_bytes=int(rss_value) if rss_value is not None else None,
-                ours=pid in ours,
-            )
+    rows = [
+        _process_row(
+            trace, t, pid, gpu_bytes=used, info=known.get(pid), ours=pid in ours, fw=use.get(pid)
         )
-    rows.sort(key=lambda r: (not r.ours, -(r.gpu_bytes or 0), r.pid))
+        for pid, used in gpu.items()
+    ]
+    rows.sort(key=lambda r: (not r.ours, not r.under_memdoc, -(r.gpu_bytes or 0), r.pid))
     return tuple(rows[:MAX_PROCESS_ROWS])
+
+
+def _process_row(
+    trace: Trace,
+    t: float,
+    pid: int,
+    *,
+    gpu_bytes: int | None,
+    info: ProcessInfo | None,
+    ours: bool,
+    fw: FrameworkUse | None,
+) -> ProcessRow:
+    if info is None and fw is not None:
+        info = fw.process
+    rss = trace.series(Metric.HOST_RSS, pid=pid)
+    rss_value = rss.at(t) if rss is not None else None
+    return ProcessRow(
+        pid=pid,
+        user=info.user if info else None,
+        command=" ".join(info.command) if info and info.command else "?",
+        gpu_bytes=gpu_bytes,
+        rss_bytes=int(rss_value) if rss_value is not None else None,
+        ours=ours,
+        recorder_pid=fw.recorder_pid if fw else None,
+        framework_allocated_bytes=fw.allocated_bytes if fw else None,
+        framework_reserved_bytes=fw.reserved_bytes if fw else None,
+    )
 
 
 def host_at(trace: Trace, t: float) -> HostView:

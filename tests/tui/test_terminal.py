@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 import uuid
 from collections.abc import Iterator
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from memdoc.collectors.nvml_gate import NO_DRIVER_REASON, NvmlUnavailable, open_gate
-from tests.conftest import run_memdoc
+from tests.conftest import memdoc_cmd, run_memdoc
 
 needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 
@@ -158,6 +160,50 @@ def test_top_shows_host_memory_and_says_once_why_there_is_no_gpu(terminal) -> No
     term.wait_gone("Keys")
     term.press("q")
     assert term.exit_status() == 0
+
+
+# A program that sleeps until the test says stop (a file appears), at most 30 s.
+SLEEPER = textwrap.dedent(
+    """
+    import os, sys, time
+    for _ in range(300):
+        if os.path.exists(sys.argv[1]):
+            break
+        time.sleep(0.1)
+    """
+)
+
+
+@needs_tmux
+def test_top_lists_a_program_running_under_memdoc_until_it_ends(tmp_path: Path, terminal) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    # Folders of this test's own: memdoc runs of other tests on the machine are not seen.
+    runtime, private_tmp = tmp_path / "runtime", tmp_path / "tmp"
+    runtime.mkdir(mode=0o700)
+    private_tmp.mkdir()
+    folders = {"XDG_RUNTIME_DIR": str(runtime), "TMPDIR": str(private_tmp)}
+    stop = tmp_path / "stop"
+    env = {**os.environ, **folders}
+    env.pop("MEMDOC_AGENT", None)
+    job = subprocess.Popen(
+        memdoc_cmd("run", "-q", "-o", "job.memdoc", "sleeper.py", str(stop)), cwd=tmp_path, env=env
+    )
+    try:
+        assignments = " ".join(f"{name}={value}" for name, value in folders.items())
+        top = f"{assignments} {_memdoc('top', '--interval', '0.5')}"
+        term = terminal(top, size=(60, 24))
+        screen = term.wait_for("Under memdoc  1 running")
+        assert f"sleeper.py {stop}"[:40] in screen
+        screen = term.wait_for("job.memdoc")
+        assert "RSS " in screen and "running " in screen
+        stop.touch()
+        assert job.wait(timeout=60) == 0
+        term.wait_for("Under memdoc  none running")
+        term.press("q")
+        assert term.exit_status() == 0
+    finally:
+        stop.touch()
+        job.wait(timeout=60)
 
 
 @pytest.mark.parametrize(
