@@ -16,8 +16,9 @@ from memdoc.report.data import OomView, oom_view
 from memdoc.report.overview import Overview, build_overview
 from memdoc.rules.base import Finding
 from memdoc.rules.engine import diagnose_run
+from memdoc.rules.host import on_host
 from memdoc.rules.spec import confidence_word
-from memdoc.trace import load_run
+from memdoc.trace import Trace, load_run
 from memdoc.units import format_bytes, format_percent
 
 # A finding at least this sure is worth a diagnosis even when the run ended well.
@@ -44,7 +45,8 @@ def print_end_of_run(
     overview = build_overview(run.primary)
     oom = oom_view(run.primary)
     if went_wrong(overview, oom, findings):
-        for line in diagnosis_lines(overview, oom, findings, paths, report_path):
+        first = headline(run.primary, overview, oom)
+        for line in diagnosis_lines(first, oom, findings, paths, report_path):
             console.print(line)
     else:
         console.print(Text(quiet_line(overview, paths, report_path)))
@@ -57,6 +59,17 @@ def went_wrong(overview: Overview, oom: OomView | None, findings: Sequence[Findi
         or overview.ending.bad
         or any(f.confidence >= ALARM_CONFIDENCE for f in findings)
     )
+
+
+def headline(trace: Trace, overview: Overview, oom: OomView | None) -> Text:
+    """How the run ended, in red when badly; a memory error in RAM is not called a GPU one."""
+    ending = overview.ending
+    style = "bold red" if ending.bad else "bold yellow"
+    text = ending.text if ending.bad or oom is not None else "finished, but memory looks wrong"
+    if oom is not None and ending.kind == "oom" and on_host(trace, oom.info):
+        who = f"Rank {trace.rank} ran" if trace.rank is not None else "Ran"
+        text = f"{who} out of host memory (RAM)"
+    return Text(text, style=style)
 
 
 def quiet_line(
@@ -80,17 +93,14 @@ def quiet_line(
 
 
 def diagnosis_lines(
-    overview: Overview,
+    first: Text,
     oom: OomView | None,
     findings: Sequence[Finding],
     paths: Sequence[str | os.PathLike[str]],
     report_path: str | os.PathLike[str] | None,
 ) -> list[Text]:
     """The ending, what it means, the top findings with their first fix, and where to look."""
-    ending = overview.ending
-    style = "bold red" if ending.bad else "bold yellow"
-    headline = ending.text if ending.bad or oom is not None else "finished, but memory looks wrong"
-    lines = [Text.assemble(("memdoc: ", "bold"), (headline, style))]
+    lines = [Text.assemble(("memdoc: ", "bold"), first)]
     if oom is not None:
         lines.append(Text("  " + oom.words))
     shown = [f for f in findings if f.confidence >= SHOWN_MIN_CONFIDENCE][:SHOWN_FINDINGS]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from memdoc.trace.model import framework_metric as fw_metric
 from memdoc.trace.reader import Series, StepStat, Trace, oom_of
 
 GPU_FRAMEWORKS = tuple(FRAMEWORK_PREFIXES)
+_PATH_SEPARATORS = re.compile(r"[/\\]")
 _FRAME_RE = re.compile(r"^(?P<file>.*):(?P<line>\d+):(?P<function>[^:]*)$")
 
 
@@ -26,6 +28,7 @@ class Failure:
     source: tuple[str, ...] = ()  # code lines of a traceback, when an error text showed them
     context: str = ""  # the exception message or log text around the error
     stats: Mapping[str, Any] = field(default_factory=dict)
+    live_array_bytes: int | None = None  # what the framework's live arrays held at the error
 
     @property
     def functions(self) -> list[str]:
@@ -43,7 +46,8 @@ class Failure:
         return any(regex.search(text) for text in texts if text)
 
     def in_frames(self, file_pattern: str = "", function_pattern: str = "") -> bool:
-        """True when a frame's file and function match both patterns (empty matches all)."""
+        """True when one frame matches both: the file pattern anywhere in its path, the
+        function pattern as the whole function name (empty patterns match every frame)."""
         file_re = re.compile(file_pattern, re.IGNORECASE)
         function_re = re.compile(function_pattern or ".*", re.IGNORECASE)
         for frame in self.stack:
@@ -51,6 +55,34 @@ class Failure:
             if file_re.search(file) and function_re.fullmatch(function):
                 return True
         return False
+
+
+# Frames of a training step's forward and backward passes (PyTorch modules, autograd, Keras).
+_FORWARD_FILES = r"torch[/\\]nn[/\\]modules[/\\]|keras[/\\]"
+_FORWARD_FUNCTIONS = r"forward|_call_impl|_wrapped_call_impl|call|__call__"
+_BACKWARD_FILES = r"torch[/\\]autograd[/\\]|torch[/\\]_tensor\.py"
+_BACKWARD_FUNCTIONS = r"backward|_engine_run_backward|run_backward"
+
+
+def step_phase(fail: Failure) -> str | None:
+    """ "backward" or "forward" when the error came from inside that pass, else None."""
+    if fail.in_frames(_BACKWARD_FILES, _BACKWARD_FUNCTIONS):
+        return "backward"
+    if fail.in_frames(_FORWARD_FILES, _FORWARD_FUNCTIONS):
+        return "forward"
+    return None
+
+
+def innermost_frames(fail: Failure, count: int = 2) -> str:
+    """The last frames of the stack, short: "activation.py:143 forward → functional.py:17 relu"."""
+    return " → ".join(short_frame(frame) for frame in fail.stack[-count:])
+
+
+def short_frame(frame: str) -> str:
+    """ "train.py:55 evaluate" from "/any/path/train.py:55:evaluate"."""
+    file, line, function = frame_parts(frame)
+    name = _PATH_SEPARATORS.split(file)[-1]
+    return f"{name}:{line} {function}" if line is not None else name
 
 
 def frame_parts(frame: str) -> tuple[str, int | None, str]:
@@ -84,7 +116,15 @@ def failure(trace: Trace) -> Failure | None:
         source=_strings(exception.data.get("source")) if exception else (),
         context=str(exception.data.get("message", "")) if exception else "",
         stats=event.data.get("stats") or {},
+        live_array_bytes=_live_array_bytes(event),
     )
+
+
+def _live_array_bytes(event: Event) -> int | None:
+    """Bytes of the live arrays a framework collector listed with the error (JAX)."""
+    live = event.data.get("live_arrays")
+    held = live.get("bytes") if isinstance(live, Mapping) else None
+    return int(held) if isinstance(held, int | float) and not isinstance(held, bool) else None
 
 
 def _exception_near(trace: Trace, oom_event: Event) -> Event | None:
@@ -273,3 +313,20 @@ def device_name(device: int | None) -> str:
 
 def baselines(steps: Iterable[StepStat]) -> list[float]:
     return [s.baseline for s in steps if s.baseline is not None]
+
+
+def measured_baselines(trace: Trace, curve: Curve) -> list[tuple[int, float]]:
+    """(step index, baseline) of the steps after which the curve was sampled again.
+
+    Steps shorter than the sampling interval share one sample: repeating it would read as
+    "no growth" where nothing was measured.
+    """
+    series = trace.series(curve.metric, curve.device, curve.pid)
+    out: list[tuple[int, float]] = []
+    last_sample = -1
+    for index, step in enumerate(curve.steps):
+        sample = bisect.bisect_right(series.times, step.t_end + 1e-9) if series else index
+        if step.baseline is not None and sample != last_sample:
+            out.append((index, step.baseline))
+            last_sample = sample
+    return out

@@ -77,8 +77,12 @@ class RuleSpec:
         to_confirm: str | None = None,
         frameworks: Sequence[str] = (),
         extra: dict[str, Any] | None = None,
+        fixes: Sequence[Fix] | None = None,
     ) -> Finding:
-        """A finding of this rule, with the fixes for the frameworks involved."""
+        """A finding of this rule, with the fixes for the frameworks involved.
+
+        `fixes` narrows the rule's fixes to those the evidence calls for.
+        """
         return Finding(
             rule=self.slug,
             code=self.code,
@@ -86,7 +90,7 @@ class RuleSpec:
             confidence=round(max(0.0, min(1.0, confidence)), 2),
             summary=summary,
             evidence=tuple(evidence),
-            fixes=fixes_for(self.fixes, frameworks),
+            fixes=fixes_for(self.fixes if fixes is None else fixes, frameworks),
             to_confirm=to_confirm,
             rank=trace.rank,
             extra=dict(extra or {}),

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from memdoc.trace import EventKind, Metric, OomInfo, SeriesKey
+from tests.rules.host_scenarios import HOST_SCENARIOS
 from tests.rules.recorder import PID, GiB, MiB, Recorder, torch_key, train_steps
 
 A5000 = 24564 * MiB
@@ -451,6 +452,7 @@ SCENARIOS: dict[str, Callable[[Path], None]] = {
     "rank-memory-skew/miss-balanced/rank1.memdoc": lambda p: rank_trace(
         p, rank=1, peak=10.5 * GiB, fail_at=None
     ),
+    **HOST_SCENARIOS,
 }
 
 

@@ -1,16 +1,21 @@
-"""CPU-only runs are diagnosed from host memory: a real program, watched by memdoc, on this host."""
+"""CPU-only runs are diagnosed from host memory, and their summary says host memory ran out."""
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from memdoc.report.summary import print_end_of_run
 from memdoc.rules.engine import diagnose
 from memdoc.trace import load_trace
+from tests.rules.host_scenarios import FORWARD, jax_host_failure, torch_host_failure
+from tests.rules.recorder import MiB
 
 PROGRAM = textwrap.dedent(
     """
@@ -52,3 +57,27 @@ def test_a_host_memory_leak_is_found_from_rss_at_step_boundaries(
     rules = _watched_run(tmp_path, mode)
 
     assert ("leak-across-steps" in rules) is leaks, rules
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        pytest.param(
+            lambda p: torch_host_failure(
+                p, stack=FORWARD, requested=89_478_400, rlimit=1_419_857_920, peak=700 * MiB
+            ),
+            id="pytorch-cpu-allocator",
+        ),
+        pytest.param(lambda p: jax_host_failure(p, live_array_bytes=None), id="jax-on-the-cpu"),
+    ],
+)
+def test_the_end_of_run_summary_says_host_memory_ran_out_not_gpu_memory(
+    tmp_path: Path, build: Callable[[Path], None]
+) -> None:
+    trace = tmp_path / "run.memdoc"
+    build(trace)
+    stream = io.StringIO()
+
+    print_end_of_run([trace], stream)
+
+    assert stream.getvalue().splitlines()[0] == "memdoc: Ran out of host memory (RAM)"

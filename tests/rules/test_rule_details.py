@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from memdoc.rules.engine import explain_text
+from memdoc.rules.engine import diagnose, explain_text
+from memdoc.rules.registry import RULES
 from memdoc.rules.spec import confidence_word
+from memdoc.trace import load_trace
+from tests.rules.fixture_cases import RULE_FIXTURES
+from tests.rules.host_scenarios import RANK_PIDS
+from tests.rules.recorder import Recorder
 
 
 def _finding(text: str, slug: str) -> float | None:
@@ -82,3 +89,68 @@ def test_evaluation_frames_point_at_autograd_only_in_pytorch() -> None:
     )
 
     assert _finding(tf_predict, "eval-without-no-grad") is None
+
+
+def _fix_titles(text: str, slug: str) -> list[str]:
+    found = [f for f in explain_text(text).findings if f.rule == slug]
+    assert found, f"{slug} did not fire"
+    return [fix.title for fix in found[0].fixes]
+
+
+@pytest.mark.parametrize(
+    ("text", "dataloader_fix"),
+    [
+        pytest.param(
+            "RuntimeError: DataLoader worker (pid 8102) is killed by signal: Killed.\n",
+            True,
+            id="worker-killed",
+        ),
+        pytest.param(
+            "RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: "
+            "can't allocate memory: you tried to allocate 89478400 bytes. Error code 12 (Cannot "
+            "allocate memory)\n",
+            False,
+            id="allocation-without-workers",
+        ),
+    ],
+)
+def test_host_oom_offers_dataloader_fixes_only_when_workers_are_involved(
+    text: str, dataloader_fix: bool
+) -> None:
+    titles = _fix_titles(text, "host-oom")
+
+    assert ("Fewer workers, less prefetching, no pinned staging" in titles) is dataloader_fix
+    assert titles, "a finding always says what to change"
+
+
+@pytest.mark.parametrize(
+    ("ours", "other_process"),
+    [
+        pytest.param(True, False, id="ranks-of-this-job"),
+        pytest.param(False, True, id="strangers"),
+    ],
+)
+def test_processes_the_message_names_are_others_only_when_not_of_this_job(
+    tmp_path: Path, ours: bool, other_process: bool
+) -> None:
+    crowded = load_trace(RULE_FIXTURES / "wrong-device" / "hit-ranks-crowd-gpu0.memdoc")
+    oom = crowded.ending_oom()
+    assert oom is not None
+    rec = Recorder(tmp_path / "run.memdoc", pid=RANK_PIDS[2])
+    for pid in RANK_PIDS[:2]:
+        rec.process(pid, ours=ours)
+    rec.oom(1.0, oom)  # no NVML per-process figures: only the message names the processes
+    rec.end(1.5, exit_code=1)
+
+    found = RULES["other-process"].check(load_trace(tmp_path / "run.memdoc"))
+
+    assert (found is not None) is other_process
+
+
+def test_ranks_crowding_one_gpu_are_named_first_as_wrong_device() -> None:
+    trace = load_trace(RULE_FIXTURES / "wrong-device" / "hit-ranks-crowd-gpu0.memdoc")
+
+    found = diagnose(trace)
+
+    assert found[0].rule == "wrong-device"
+    assert "5101, 5102, 5103" in found[0].summary

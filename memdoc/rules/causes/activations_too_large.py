@@ -13,9 +13,12 @@ from memdoc.rules.facts import (
     failed_device,
     failure,
     frameworks,
+    innermost_frames,
     specific_library,
     step_curve,
+    step_phase,
 )
+from memdoc.rules.host import host_limits, on_host, resident_at_failure
 from memdoc.rules.ledger import cached_unused_bytes, held_bytes, significant
 from memdoc.rules.spec import (
     LIKELY,
@@ -34,9 +37,14 @@ from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes
 
 GPU_KINDS = ("allocator", "compile")
+# One activation that is this share of the process's memory is a large one: it scales with
+# the batch, not with the weights.
+SIZEABLE_REQUEST = 0.05
 # The in-step rise must be a real share of what stays between steps.
 LARGE_RISE = 0.5
 NEAR_FULL = 0.9
+# A process that held less than this share of its GPU when it failed was not alone there.
+SHARED_BELOW = 0.5
 TO_CONFIRM = (
     "run a few steps under `memdoc run`: it records the peak inside each step against the "
     "memory that stays between steps"
@@ -61,7 +69,8 @@ job fails in the first steps, or on the first unusually long or large input.
     confirm = """
 - The peak inside a step is far above the memory that stays between steps (`memdoc run`).
 - The failing request shrinks when the batch or the sequence shrinks.
-- The job fails early, in the forward or backward pass, with most of the device allocated.
+- The job fails early, in the forward or backward pass, with most of the device allocated;
+  often in the very first step, before any step could be measured.
 """
     fixes = (
         Fix(
@@ -143,7 +152,49 @@ job fails in the first steps, or on the first unusually long or large input.
             curve = step_curve(trace, device if device is not None and device >= 0 else None)
             if curve is not None and len(curve.steps) >= 2:
                 return self._recorded(trace, fail, curve)
-        return self._from_text(trace, fail) if fail is not None else None
+        if fail is None:
+            return None
+        if not trace.is_text_only and on_host(trace, fail.oom):
+            found = self._inside_a_step(trace, fail)
+            if found is not None:
+                return found
+        return self._from_text(trace, fail)
+
+    def _inside_a_step(self, trace: Trace, fail: Failure) -> Finding | None:
+        """Failed in a forward or backward pass before steps could be compared: the step's
+        working set is the first suspect, the more so in the very first step."""
+        phase = step_phase(fail)
+        if phase is None:
+            return None
+        first = not any(step.t <= fail.t for step in trace.steps())
+        requested = fail.oom.requested_bytes
+        resident = resident_at_failure(trace, fail)
+        limits = host_limits(trace, fail.pid)
+        evidence: list[Evidence] = [
+            Evidence(f"failed in the {phase} pass: {innermost_frames(fail)}")
+        ]
+        if requested:
+            evidence.append(bytes_evidence("requested", requested))
+        if resident:
+            evidence.append(bytes_evidence("resident memory of the process", resident))
+        if limits:
+            evidence.append(bytes_evidence(limits[0].label, limits[0].limit_bytes))
+        sizeable = bool(requested and resident and requested >= SIZEABLE_REQUEST * resident)
+        when = "the first step" if first else "a step"
+        summary = f"The job failed in the {phase} pass of {when}"
+        if requested:
+            summary += f", asking for {format_bytes(requested)} more"
+        if limits:
+            summary += f" under the {format_bytes(limits[0].limit_bytes)} {limits[0].label}"
+        summary += ": what the step keeps for backward does not fit."
+        return self.finding(
+            trace,
+            corroborated(POSSIBLE + 0.1, first, sizeable),
+            summary,
+            evidence,
+            to_confirm="halve the batch: the failing request (and the peak) should halve too",
+            frameworks=frameworks(trace, fail.oom),
+        )
 
     def _recorded(self, trace: Trace, fail: Failure | None, curve: Curve) -> Finding | None:
         pairs = [
@@ -188,6 +239,12 @@ job fails in the first steps, or on the first unusually long or large input.
                 f"Inside a step the {curve.label} rose by {format_bytes(rise)} over the "
                 f"{format_bytes(baseline)} that stays between steps, and the job failed in a step."
             )
+            if total and not curve.on_host and peak < SHARED_BELOW * total:
+                confidence = min(confidence, WEAK)
+                summary += (
+                    f" But it held only {format_bytes(peak)} of the {format_bytes(total)} device:"
+                    " look at what else holds the memory first."
+                )
         return self.finding(
             trace,
             confidence,
@@ -251,8 +308,7 @@ job fails in the first steps, or on the first unusually long or large input.
         else:
             confidence = WEAK + (0.05 if oom.kind == "allocator" else 0.0)
             summary = (
-                "The job ran out of device memory; the usual reason is a step that needs more "
-                "than fits."
+                "The job ran out of memory; the usual reason is a step that needs more than fits."
             )
         return self.finding(
             trace,

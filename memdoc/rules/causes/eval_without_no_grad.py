@@ -6,8 +6,16 @@ import re
 import statistics
 from dataclasses import dataclass
 
-from memdoc.rules.base import Finding, Fix
-from memdoc.rules.facts import Failure, failed_device, failure, frameworks, step_curve
+from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.facts import (
+    Failure,
+    failed_device,
+    failure,
+    frame_parts,
+    frameworks,
+    short_frame,
+    step_curve,
+)
 from memdoc.rules.spec import (
     LIKELY,
     POSSIBLE,
@@ -115,9 +123,14 @@ graph alive for as long as they are referenced, for example in a list of predict
     def _recorded(self, trace: Trace, fail: Failure | None) -> Finding | None:
         device = failed_device(trace, fail.oom if fail else None)
         curve = step_curve(trace, device if device is not None and device >= 0 else None)
-        spans = _eval_spans(trace)
-        if curve is None or not spans or len(curve.steps) < 2:
+        if curve is None or len(curve.steps) < 2:
             return None
+        spans = _eval_spans(trace)
+        frame = _eval_frame(fail) if fail is not None and not spans else None
+        unmarked = frame is not None
+        if fail is not None and frame is not None:
+            trained = [s.t_end for s in curve.steps if s.t_end <= fail.t]
+            spans = [_Span(frame, trained[-1], fail.t)] if trained else []
         series = trace.series(curve.metric, curve.device, curve.pid)
         peaks = trace.series(curve.metric + "_peak", curve.device, curve.pid)
         rises = [
@@ -126,17 +139,22 @@ graph alive for as long as they are referenced, for example in a list of predict
             if s.peak is not None and prev.baseline is not None
         ]
         train_rise = statistics.median(rises) if rises else 0.0
-        if series is None or train_rise <= 0:
+        if series is None or train_rise <= 0 or not spans:
             return None
-        eval_rise = max(_rise(series, peaks, span) for span in spans)
+        eval_rise = max(_rise(series, peaks, span, fail) for span in spans)
         if eval_rise < SAME_AS_TRAINING * train_rise:
             return None
         failed_in_eval = fail is not None and any(s.t0 <= fail.t <= s.t1 for s in spans)
+        # A marked span that the error fell in is two facts (the mark, the time); an
+        # unmarked one is the frames alone.
         confidence = corroborated(
-            LIKELY - 0.05, failed_in_eval, failed_in_eval, eval_rise >= train_rise
+            LIKELY - 0.05, failed_in_eval, failed_in_eval and not unmarked, eval_rise >= train_rise
+        )
+        where = (
+            "in evaluation code after the last training step" if unmarked else "during evaluation"
         )
         summary = (
-            f"Memory rose by {format_bytes(eval_rise)} during evaluation, as much as a training "
+            f"Memory rose by {format_bytes(eval_rise)} {where}, as much as a training "
             f"step ({format_bytes(train_rise)}): evaluation kept autograd graphs."
         )
         evidence = [
@@ -144,11 +162,12 @@ graph alive for as long as they are referenced, for example in a list of predict
             bytes_evidence("rise during a training step (median)", train_rise),
             ratio_evidence("evaluation / training", eval_rise / train_rise),
         ]
+        if frame is not None:
+            evidence.insert(0, Evidence(f"failed in evaluation code: {frame}"))
         return self.finding(trace, confidence, summary, evidence, frameworks=["pytorch"])
 
     def _from_frames(self, trace: Trace, fail: Failure) -> Finding | None:
-        in_eval = fail.in_frames(function_pattern=_EVAL_FUNCTION) or fail.oom.phase == "eval"
-        if not in_eval or fail.in_frames(file_pattern=_GRAD_OFF_FILES):
+        if not _in_eval_frames(fail):
             return None
         summary = (
             "The error happened during evaluation or generation; if autograd was on there, "
@@ -165,6 +184,23 @@ graph alive for as long as they are referenced, for example in a list of predict
             ),
             frameworks=["pytorch"],
         )
+
+
+def _in_eval_frames(fail: Failure) -> bool:
+    """The error came from evaluation code that did not turn gradients off."""
+    in_eval = fail.in_frames(function_pattern=_EVAL_FUNCTION) or fail.oom.phase == "eval"
+    return in_eval and not fail.in_frames(file_pattern=_GRAD_OFF_FILES)
+
+
+def _eval_frame(fail: Failure) -> str | None:
+    """The evaluation frame the error came from ("train.py:55 evaluate"), if autograd was on."""
+    if not _in_eval_frames(fail):
+        return None
+    pattern = re.compile(_EVAL_FUNCTION, re.IGNORECASE)
+    for frame in reversed(fail.stack):
+        if pattern.fullmatch(frame_parts(frame)[2]):
+            return short_frame(frame)
+    return None
 
 
 def _eval_spans(trace: Trace) -> list[_Span]:
@@ -184,7 +220,8 @@ def _grad_off(mark: Event) -> bool:
     return mark.data.get("grad_enabled") is False
 
 
-def _rise(series: Series, peaks: Series | None, span: _Span) -> float:
+def _rise(series: Series, peaks: Series | None, span: _Span, fail: Failure | None) -> float:
+    """How far memory rose in the span; when the error fell in it, plus what it asked for."""
     start = series.at(span.t0)
     highs = [
         v
@@ -193,7 +230,10 @@ def _rise(series: Series, peaks: Series | None, span: _Span) -> float:
     ]
     if start is None or not highs:
         return 0.0
-    return max(highs) - start
+    asked = 0.0
+    if fail is not None and span.t0 <= fail.t <= span.t1:
+        asked = float(fail.oom.requested_bytes or 0)
+    return max(highs) + asked - start
 
 
 RULE = EvalWithoutNoGrad()

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.facts import Failure, failure, frameworks
+from memdoc.rules.host import HOST_KINDS, gpu_recorded, host_limits, resident_at_failure
 from memdoc.rules.spec import (
+    CORROBORATION,
     LIKELY,
     POSSIBLE,
     STRONG,
@@ -21,7 +23,6 @@ from memdoc.trace.model import EventKind, Metric
 from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes
 
-HOST_KINDS = ("host-kill", "host-alloc", "shm", "dataloader-killed")
 SIGKILL = 9
 NEAR_LIMIT = 0.9
 _KERNEL_OOM = (
@@ -29,10 +30,59 @@ _KERNEL_OOM = (
     r"|OOMKilled"
 )
 _SHM = r"Bus error|shared memory|/dev/shm"
-_TEXT_CONFIDENCE = {
-    "host-alloc": LIKELY + 0.1,
-    "shm": STRONG - 0.05,
-}
+_DATALOADER_TEXT = r"DataLoader worker"
+_DATALOADER_FILES = r"torch[/\\]utils[/\\]data[/\\]"
+_LOADING_FUNCTIONS = r"from_pretrained|_load_pretrained_model|load_state_dict|load"
+_KILL_HINT = 'run `dmesg | grep -i "killed process"` to see the kill'
+
+WORKERS_FIX = Fix(
+    "pytorch",
+    "Fewer workers, less prefetching, no pinned staging",
+    snippet(
+        """
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=32, num_workers=2, prefetch_factor=2, pin_memory=False
+    )
+    """
+    ),
+)
+LOADING_FIX = Fix(
+    "pytorch",
+    "Load large models without a full copy in RAM",
+    snippet(
+        """
+    model = AutoModelForCausalLM.from_pretrained(
+        name, low_cpu_mem_usage=True, device_map="auto"
+    )
+    """
+    ),
+)
+SHM_FIX = Fix("any", "Give containers more shared memory", "docker run --shm-size=8g ...", "bash")
+KILL_FIX = Fix(
+    "any", "See what the kernel killed", 'dmesg | grep -i -E "killed process|out of memory"', "bash"
+)
+TF_CACHE_FIX = Fix(
+    "tensorflow",
+    "Stream the dataset instead of caching it in RAM",
+    snippet(
+        """
+    # drop .cache(), or cache to a file instead of RAM
+    dataset = dataset.cache("/tmp/dataset.cache").prefetch(tf.data.AUTOTUNE)
+    """
+    ),
+)
+LIMIT_FIX = Fix(
+    "any",
+    "Find what grew, then shrink it or give the job more memory",
+    snippet(
+        """
+    memdoc report run.memdoc          # which memory grew, and when
+    ulimit -v                         # this shell's address-space cap (unlimited = none)
+    cat /sys/fs/cgroup/memory.max     # the container's limit (cgroup v2)
+    """
+    ),
+    "bash",
+)
 
 
 @dataclass(frozen=True)
@@ -47,6 +97,30 @@ class _Pressure:
     def near_limit(self) -> bool:
         return bool(self.peak_bytes and self.limit_bytes) and (
             float(self.peak_bytes or 0) >= NEAR_LIMIT * float(self.limit_bytes or 1)
+        )
+
+
+@dataclass(frozen=True)
+class _Signs:
+    """What the evidence points at, so that only the fixes it calls for are offered."""
+
+    killed: bool = False
+    workers: bool = False
+    shm: bool = False
+    loading: bool = False
+
+    def fixes(self, involved: list[str]) -> tuple[Fix, ...]:
+        return tuple(
+            fix
+            for fix, wanted in (
+                (WORKERS_FIX, self.workers or self.shm),
+                (SHM_FIX, self.shm),
+                (LOADING_FIX, self.loading),
+                (KILL_FIX, self.killed),
+                (TF_CACHE_FIX, "tensorflow" in involved),
+                (LIMIT_FIX, True),
+            )
+            if wanted
         )
 
 
@@ -65,55 +139,19 @@ Host memory fills with DataLoader workers (each a copy of the dataset object and
 caches), prefetched and pinned batches, a dataset cached in RAM, checkpoints loaded to the
 CPU before moving to the GPU, or a model built in fp32 on the CPU first. Docker's default
 `/dev/shm` is 64 MB, too small for worker batches.
+
+On a run without a GPU, every memory problem ends with a failed host allocation: there the
+failure alone is a symptom, and this rule stays weak unless the kill, the workers or the
+shared memory show that the host itself was the limit.
 """
     confirm = """
 - `dmesg | grep -i -E "killed process|out of memory"` shows the kill.
 - The process's resident memory climbs toward the container limit or the machine's RAM
-  (`memdoc run` records RSS of the whole process tree and the cgroup's limit and OOM-kill
-  count).
+  (`memdoc run` records RSS of the whole process tree, the cgroup's limit and OOM-kill
+  count, and each process's address-space cap).
 - Fewer DataLoader workers make the failure go away.
 """
-    fixes = (
-        Fix(
-            "pytorch",
-            "Fewer workers, less prefetching, no pinned staging",
-            snippet(
-                """
-            loader = torch.utils.data.DataLoader(
-                dataset, batch_size=32, num_workers=2, prefetch_factor=2, pin_memory=False
-            )
-            """
-            ),
-        ),
-        Fix(
-            "pytorch",
-            "Load large models without a full copy in RAM",
-            snippet(
-                """
-            model = AutoModelForCausalLM.from_pretrained(
-                name, low_cpu_mem_usage=True, device_map="auto"
-            )
-            """
-            ),
-        ),
-        Fix("any", "Give containers more shared memory", "docker run --shm-size=8g ...", "bash"),
-        Fix(
-            "any",
-            "See what the kernel killed",
-            'dmesg | grep -i -E "killed process|out of memory"',
-            "bash",
-        ),
-        Fix(
-            "tensorflow",
-            "Stream the dataset instead of caching it in RAM",
-            snippet(
-                """
-            # drop .cache(), or cache to a file instead of RAM
-            dataset = dataset.cache("/tmp/dataset.cache").prefetch(tf.data.AUTOTUNE)
-            """
-            ),
-        ),
-    )
+    fixes = (WORKERS_FIX, LOADING_FIX, SHM_FIX, KILL_FIX, TF_CACHE_FIX, LIMIT_FIX)
     references = (
         (
             "PyTorch: multi-process data loading",
@@ -136,41 +174,44 @@ CPU before moving to the GPU, or a model built in fp32 on the CPU first. Docker'
             return self._from_error(trace, fail, pressure)
         if pressure is None:
             return None
+        return self._from_series(trace, fail, pressure)
+
+    def _from_series(
+        self, trace: Trace, fail: Failure | None, pressure: _Pressure
+    ) -> Finding | None:
+        """No host error text: the kill and the memory curve tell."""
         killed = _killed(trace)
+        signs = _Signs(killed=killed or pressure.oom_kills > 0, workers=_several_processes(trace))
         evidence = _pressure_evidence(pressure)
         if pressure.oom_kills > 0:
             summary = (
                 f"The kernel's OOM killer killed {pressure.oom_kills:g} process(es) of this job."
             )
-            return self.finding(
-                trace, STRONG + 0.1, summary, evidence, frameworks=frameworks(trace)
-            )
-        if killed and pressure.near_limit:
+            confidence = STRONG + 0.1
+        elif killed and pressure.near_limit:
             summary = (
                 f"The job was killed (SIGKILL) with {format_bytes(pressure.peak_bytes)} resident, "
                 f"near the {format_bytes(pressure.limit_bytes)} limit."
             )
-            return self.finding(
-                trace, STRONG + 0.05, summary, evidence, frameworks=frameworks(trace)
-            )
-        if killed:
+            confidence = STRONG + 0.05
+        elif killed:
             summary = "The job was killed by SIGKILL; the kernel's OOM killer is the usual sender."
-            return self.finding(
-                trace,
-                POSSIBLE - 0.1,
-                summary,
-                evidence,
-                to_confirm='run `dmesg | grep -i "killed process"` on the machine',
+            return self._report(
+                trace, POSSIBLE - 0.1, summary, evidence, signs=signs, to_confirm=_KILL_HINT
             )
-        if pressure.near_limit and fail is None:
+        elif pressure.near_limit and fail is None:
             summary = (
                 f"Host memory reached {format_bytes(pressure.peak_bytes)}, close to the limit."
             )
-            return self.finding(trace, POSSIBLE - 0.05, summary, evidence)
-        return None
+            confidence = POSSIBLE - 0.05
+        else:
+            return None
+        return self._report(trace, confidence, summary, evidence, signs=signs)
 
     def _from_error(self, trace: Trace, fail: Failure, pressure: _Pressure | None) -> Finding:
         oom = fail.oom
+        signs = _signs_of(fail)
+        to_confirm = None
         if oom.kind == "host-kill":
             kernel = fail.says(_KERNEL_OOM)
             confidence = STRONG + 0.05 if kernel else LIKELY - 0.05
@@ -179,32 +220,81 @@ CPU before moving to the GPU, or a model built in fp32 on the CPU first. Docker'
                 if kernel
                 else "The process was killed without a Python error, the mark of the OOM killer."
             )
-        elif oom.kind == "shm" or (oom.kind == "dataloader-killed" and fail.says(_SHM)):
-            confidence = _TEXT_CONFIDENCE["shm"]
+        elif signs.shm:
+            confidence = STRONG - 0.05
             summary = "A DataLoader worker ran out of shared memory (/dev/shm)."
         elif oom.kind == "dataloader-killed":
             confidence, summary = _worker_death(fail)
         else:
-            confidence = _TEXT_CONFIDENCE.get(oom.kind, LIKELY)
-            summary = "An allocation in host memory (RAM) failed."
-        evidence: list[Evidence] = []
-        if oom.requested_bytes:
-            evidence.append(bytes_evidence("requested in host memory", oom.requested_bytes))
-        if pressure is not None:
-            evidence.extend(_pressure_evidence(pressure))
-            if pressure.near_limit:
-                confidence = max(confidence, STRONG)
-        kill_hint = oom.kind in ("host-kill", "dataloader-killed") and confidence < STRONG
+            confidence, summary, to_confirm = _failed_allocation(trace, fail, signs)
+        evidence = _error_evidence(trace, fail, pressure)
+        if pressure is not None and pressure.near_limit and oom.kind != "host-alloc":
+            confidence = max(confidence, STRONG)
+        elif pressure is not None and pressure.near_limit:
+            confidence += CORROBORATION
+        if oom.kind in ("host-kill", "dataloader-killed") and confidence < STRONG:
+            to_confirm = _KILL_HINT
+        return self._report(
+            trace, confidence, summary, evidence, signs=signs, to_confirm=to_confirm, fail=fail
+        )
+
+    def _report(
+        self,
+        trace: Trace,
+        confidence: float,
+        summary: str,
+        evidence: list[Evidence],
+        *,
+        signs: _Signs,
+        to_confirm: str | None = None,
+        fail: Failure | None = None,
+    ) -> Finding:
+        involved = frameworks(trace, fail.oom if fail else None)
         return self.finding(
             trace,
             confidence,
             summary,
             evidence,
-            to_confirm='run `dmesg | grep -i "killed process"` to see the kill'
-            if kill_hint
-            else None,
-            frameworks=frameworks(trace, oom),
+            to_confirm=to_confirm,
+            frameworks=involved,
+            fixes=signs.fixes(involved),
         )
+
+
+def _signs_of(fail: Failure) -> _Signs:
+    oom = fail.oom
+    shm = oom.kind == "shm" or (oom.kind == "dataloader-killed" and fail.says(_SHM))
+    workers = (
+        oom.kind == "dataloader-killed"
+        or fail.says(_DATALOADER_TEXT)
+        or fail.in_frames(file_pattern=_DATALOADER_FILES)
+    )
+    return _Signs(
+        killed=oom.kind in ("host-kill", "dataloader-killed"),
+        workers=workers,
+        shm=shm,
+        loading=oom.phase == "load" or fail.in_frames(function_pattern=_LOADING_FUNCTIONS),
+    )
+
+
+def _failed_allocation(trace: Trace, fail: Failure, signs: _Signs) -> tuple[float, str, str | None]:
+    """A host allocation failed: the limit itself only when nothing else can be blamed."""
+    if signs.workers:
+        summary = "A DataLoader worker could not allocate host memory (RAM)."
+        return LIKELY + 0.1, summary, None
+    if trace.is_text_only:
+        return LIKELY + 0.1, "An allocation in host memory (RAM) failed.", None
+    if gpu_recorded(trace):
+        summary = "A host memory (RAM) allocation failed in a GPU job: RAM, not the GPU, ran out."
+        return LIKELY, summary, None
+    limits = host_limits(trace, fail.pid)
+    under = f" under the {format_bytes(limits[0].limit_bytes)} {limits[0].label}" if limits else ""
+    summary = (
+        f"An allocation in host memory failed{under}. The run used no GPU, so every memory "
+        "problem ends this way here: the cause is what drove memory up."
+    )
+    to_confirm = "look at the other findings, and at `memdoc report` for what grew"
+    return WEAK, summary, to_confirm
 
 
 def _worker_death(fail: Failure) -> tuple[float, str]:
@@ -216,6 +306,26 @@ def _worker_death(fail: Failure) -> tuple[float, str]:
         return WEAK, summary
     summary = "A DataLoader worker exited unexpectedly; running out of host RAM is one cause."
     return POSSIBLE, summary
+
+
+def _error_evidence(trace: Trace, fail: Failure, pressure: _Pressure | None) -> list[Evidence]:
+    evidence: list[Evidence] = []
+    if fail.oom.requested_bytes:
+        evidence.append(bytes_evidence("requested in host memory", fail.oom.requested_bytes))
+    if pressure is None:
+        return evidence
+    evidence.extend(_pressure_evidence(pressure))
+    for process in fail.oom.processes:
+        worker = trace.peak(Metric.HOST_RSS, None, process.pid) if process.pid else None
+        if worker is not None and process.pid != fail.pid:
+            label = f"peak resident memory of process {process.pid}, which died"
+            evidence.append(bytes_evidence(label, worker[1]))
+    limits = host_limits(trace, fail.pid)
+    resident = resident_at_failure(trace, fail)
+    if limits and limits[0].label.startswith("address-space") and resident:
+        evidence.append(bytes_evidence(limits[0].label, limits[0].limit_bytes))
+        evidence.append(bytes_evidence("resident memory of the failing process", resident))
+    return evidence
 
 
 def _pressure(trace: Trace) -> _Pressure | None:
@@ -235,6 +345,12 @@ def _killed(trace: Trace) -> bool:
     if trace.exit is not None and trace.exit.signal == SIGKILL:
         return True
     return any(e.data.get("signal") == SIGKILL for e in trace.events(EventKind.PROCESS_EXIT))
+
+
+def _several_processes(trace: Trace) -> bool:
+    """More than one of the job's processes held host memory (workers, ranks, children)."""
+    pids = {k.pid for k in trace.series_keys() if k.metric == Metric.HOST_RSS and k.pid}
+    return len(pids) > 1
 
 
 def _pressure_evidence(pressure: _Pressure) -> list[Evidence]:

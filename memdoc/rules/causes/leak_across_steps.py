@@ -8,11 +8,11 @@ from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.facts import (
     Curve,
     Failure,
-    baselines,
     curve_capacity,
     failed_device,
     failure,
     frameworks,
+    measured_baselines,
     specific_library,
     step_curve,
 )
@@ -37,6 +37,8 @@ MIN_STEPS = 5
 MIN_RELATIVE_GROWTH = 0.10
 MIN_GROWTH_BYTES = {True: 32 * MiB, False: 4 * MiB}  # host RSS is noisier than an allocator
 MIN_MONOTONIC = 0.7
+# A leak adds memory in most steps, not in one jump.
+MIN_RISING = 0.5
 # Steps before the baseline settles (optimizer state, cudnn autotuning, caches warming).
 WARMUP_STEPS = 2
 TO_CONFIRM = (
@@ -141,12 +143,16 @@ GPU. In Python the memory is freed only when the last reference goes.
         curve = step_curve(trace, device if device is not None and device >= 0 else None)
         if curve is None:
             return None
-        values = baselines(curve.steps)
-        if len(values) >= MIN_STEPS + WARMUP_STEPS:
-            values = values[WARMUP_STEPS:]
-        if len(values) < MIN_STEPS:
+        measured = measured_baselines(trace, curve)
+        # The first steps allocate once (optimizer state, caches, autotuning): a jump there
+        # followed by a plateau is warm-up, not a leak.
+        warmup = min(WARMUP_STEPS, max(0, len(measured) - MIN_STEPS))
+        measured = [(step, value) for step, value in measured if step >= warmup]
+        if len(measured) < MIN_STEPS:
             return None
-        trend = fit_trend(values, tolerance=_noise(curve, values))
+        values = [value for _, value in measured]
+        positions = [step for step, _ in measured]
+        trend = fit_trend(values, tolerance=_noise(curve, values), positions=positions)
         if trend is None or not _grows(trend, curve):
             return None
         return self._report(trace, fail, curve, trend, values[-1])
@@ -155,29 +161,30 @@ GPU. In Python the memory is freed only when the last reference goes.
         self, trace: Trace, fail: Failure | None, curve: Curve, trend: Trend, last: float
     ) -> Finding:
         total = curve_capacity(trace, curve, fail.oom if fail else None)
+        slope = trend.robust_slope_per_step
+        relative = trend.robust_growth / trend.start if trend.start > 0 else 1.0
+        span = round(trend.span_steps)
         evidence: list[Evidence] = [
-            bytes_evidence("growth per step", trend.slope_per_step),
-            bytes_evidence(f"growth over {trend.steps} steps", trend.growth),
-            share_evidence("relative growth", min(trend.relative_growth, 100.0)),
-            share_evidence("steps that did not go down", trend.monotonic_fraction),
+            bytes_evidence("growth per step", slope),
+            bytes_evidence(f"growth over {span} steps", trend.robust_growth),
+            share_evidence("relative growth", min(relative, 100.0)),
+            share_evidence("step boundaries where it went up", trend.rising_fraction),
         ]
-        if total and trend.slope_per_step > 0 and last < total:
+        if fail is None and total and last < total:
             evidence.append(
-                count_evidence(
-                    "steps left at this rate", round((total - last) / trend.slope_per_step)
-                )
+                count_evidence("steps left at this rate", round((total - last) / slope))
             )
         confidence = corroborated(
             LIKELY,
             trend.monotonic_fraction >= 0.9,
             fail is not None,
-            trend.steps >= 20,
-            trend.relative_growth >= 0.5,
+            span >= 20,
+            relative >= 0.5,
             cap=0.9,
         )
         summary = (
-            f"The {curve.label} at step boundaries grew by {format_bytes(trend.slope_per_step)} "
-            f"per step over {trend.steps} steps ({format_bytes(trend.growth)} in all)."
+            f"The {curve.label} at step boundaries grew by {format_bytes(slope)} per step "
+            f"over {span} steps ({format_bytes(trend.robust_growth)} in all)."
         )
         return self.finding(
             trace,
@@ -222,11 +229,13 @@ GPU. In Python the memory is freed only when the last reference goes.
 
 
 def _grows(trend: Trend, curve: Curve) -> bool:
+    """Growth that lasts: a robust slope, in absolute and relative terms, in most steps."""
     return (
-        trend.slope_per_step > 0
-        and trend.relative_growth >= MIN_RELATIVE_GROWTH
-        and trend.growth >= MIN_GROWTH_BYTES[curve.on_host]
+        trend.robust_slope_per_step > 0
+        and trend.robust_growth >= MIN_GROWTH_BYTES[curve.on_host]
+        and trend.robust_growth >= MIN_RELATIVE_GROWTH * trend.start
         and trend.monotonic_fraction >= MIN_MONOTONIC
+        and trend.rising_fraction >= MIN_RISING
     )
 
 

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from memdoc.rules.base import Evidence, Finding, Fix
-from memdoc.rules.facts import Failure, device_total, failed_device, failure, frameworks
+from memdoc.rules.facts import (
+    Failure,
+    device_total,
+    failed_device,
+    failure,
+    frameworks,
+    step_phase,
+)
+from memdoc.rules.host import host_limits, on_host, resident_at_failure
 from memdoc.rules.spec import (
     LIKELY,
     POSSIBLE,
@@ -22,6 +30,11 @@ from memdoc.units import format_bytes
 _MOVE_FUNCTIONS = (
     r"(_apply|to|cuda|to_empty|from_pretrained|_load_pretrained_model|dispatch_model"
     r"|load_checkpoint_and_dispatch|set_module_tensor_to_device|_load_state_dict_into_meta_model)"
+)
+# Building parameters: a torch.nn constructor or initialiser (also under `with torch.device`).
+_BUILD_FRAMES = (
+    (r"torch[/\\]nn[/\\]modules[/\\]", r"__init__|reset_parameters|_reset_parameters"),
+    (r"torch[/\\]nn[/\\]init\.py", ""),
 )
 _MOVE_TEXT = r"Loading checkpoint shards|\.from_pretrained\(|\.to\((?:\"|')?cuda|\.cuda\(\)"
 WEIGHTS_FILL = 0.8
@@ -44,7 +57,8 @@ it on one device.
 """
     confirm = """
 - The error happens in `.to("cuda")`, `.cuda()`, `from_pretrained` or while loading
-  checkpoint shards.
+  checkpoint shards, or in a module's constructor while the model is built directly on the
+  device (`with torch.device("cuda"):`), before any batch.
 - Parameter count times bytes per parameter is close to the device size
   (`sum(p.numel() * p.element_size() for p in model.parameters())`).
 - `memdoc run` records parameter and gradient bytes per device.
@@ -120,7 +134,7 @@ it on one device.
             found = self._from_model_state(trace, fail)
             if found is not None:
                 return found
-        return self._while_moving(trace, fail) if fail is not None else None
+        return self._while_placing(trace, fail) if fail is not None else None
 
     def _from_model_state(self, trace: Trace, fail: Failure | None) -> Finding | None:
         for event in trace.events(EventKind.MODEL_STATE):
@@ -149,32 +163,62 @@ it on one device.
             return self.finding(trace, confidence, summary, evidence, frameworks=frameworks(trace))
         return None
 
-    def _while_moving(self, trace: Trace, fail: Failure) -> Finding | None:
+    def _while_placing(self, trace: Trace, fail: Failure) -> Finding | None:
+        """The error came from moving, loading or building the model's parameters."""
         if fail.oom.framework == "host":
             return None  # a host kill while loading: host-oom
         moving = fail.in_frames(function_pattern=_MOVE_FUNCTIONS) or fail.says(_MOVE_TEXT)
-        if not moving and fail.oom.phase != "load":
+        building = _building(fail)
+        if not (moving or building) and fail.oom.phase != "load":
             return None
         if fail.in_frames(file_pattern=r"serialization\.py") and not moving:
             return None  # torch.load itself: checkpoint-load-spike
-        oom = fail.oom
-        total = device_total(trace, failed_device(trace, oom), oom)
-        evidence: list[Evidence] = []
-        full = False
-        if oom.allocated_bytes is not None and total:
-            evidence.append(bytes_evidence("allocated while loading", oom.allocated_bytes))
-            evidence.append(share_evidence("of the device", oom.allocated_bytes / total))
-            full = oom.allocated_bytes >= WEIGHTS_FILL * total
-        summary = "The error happened while loading the model or moving it to the GPU"
-        summary += f", with {format_bytes(oom.allocated_bytes)} already there." if full else "."
+        before_steps = not trace.is_text_only and not any(s.t <= fail.t for s in trace.steps())
+        evidence, full, held = _fill_evidence(trace, fail)
+        if building and not moving:
+            summary = "The error happened while building the model's parameters"
+        else:
+            summary = "The error happened while loading the model or moving it to the device"
+        summary += ", before any step" if before_steps else ""
+        summary += f", with {format_bytes(held)} already there." if full and held else "."
         return self.finding(
             trace,
-            corroborated(POSSIBLE + 0.1, full, moving),
+            corroborated(POSSIBLE + 0.1, full, moving or building, before_steps),
             summary,
             evidence,
-            to_confirm="compare parameter bytes (numel x element size) with the device size",
-            frameworks=frameworks(trace, oom),
+            to_confirm="compare parameter bytes (numel x element size) with the memory there is",
+            frameworks=frameworks(trace, fail.oom),
         )
+
+
+def _building(fail: Failure) -> bool:
+    """Inside a module's constructor or initialiser, not in a forward or backward pass."""
+    in_constructor = any(fail.in_frames(f, fn) for f, fn in _BUILD_FRAMES)
+    return in_constructor and step_phase(fail) is None
+
+
+def _fill_evidence(trace: Trace, fail: Failure) -> tuple[list[Evidence], bool, float | None]:
+    """What was already held where the parameters go, and whether that filled it."""
+    oom = fail.oom
+    if not trace.is_text_only and on_host(trace, oom):
+        limits = host_limits(trace, fail.pid)
+        resident = resident_at_failure(trace, fail)
+        if not limits or resident is None:
+            return [], False, None
+        evidence = [
+            bytes_evidence("resident memory of the process", resident),
+            bytes_evidence(limits[0].label, limits[0].limit_bytes),
+            share_evidence("resident / limit", resident / limits[0].limit_bytes),
+        ]
+        return evidence, resident >= WEIGHTS_FILL * limits[0].limit_bytes, resident
+    total = device_total(trace, failed_device(trace, oom), oom)
+    if oom.allocated_bytes is None or not total:
+        return [], False, None
+    evidence = [
+        bytes_evidence("allocated while loading", oom.allocated_bytes),
+        share_evidence("of the device", oom.allocated_bytes / total),
+    ]
+    return evidence, oom.allocated_bytes >= WEIGHTS_FILL * total, oom.allocated_bytes
 
 
 RULE = ModelTooLarge()

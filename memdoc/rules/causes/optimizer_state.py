@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from memdoc.rules.base import Evidence, Finding, Fix
-from memdoc.rules.facts import Failure, failure, frameworks, step_curve
+from memdoc.rules.facts import Failure, failure, frameworks, innermost_frames, step_curve
 from memdoc.rules.spec import (
     LIKELY,
     POSSIBLE,
@@ -22,6 +22,8 @@ from memdoc.units import format_bytes
 ADAM_RATIO = 2.0
 RATIO_TOLERANCE = 0.35
 _OPTIMIZER_FILES = r"torch[/\\]optim[/\\]|optax|keras[/\\].*optimizers|bitsandbytes[/\\]optim"
+# Where optimizers create their per-parameter state on the first step.
+_STATE_INIT = r"_init_group|_init_state|init_state|_lazy_init|_create_slots|add_slot|build"
 _OPTIMIZER_TEXT = (
     r"/(?:Adam|AdamW|Adagrad|RMSProp|Momentum)(?:_\d+)?/|Adam/Initializer|optimizer\.step\("
     r"|_init_group|_multi_tensor_adam"
@@ -128,12 +130,21 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
         in_optimizer = fail.in_frames(file_pattern=_OPTIMIZER_FILES) or fail.says(_OPTIMIZER_TEXT)
         if not in_optimizer:
             return None
-        summary = "The error happened while the optimizer created or updated its state."
+        creating = fail.in_frames(_OPTIMIZER_FILES, _STATE_INIT)
+        first = not trace.is_text_only and not any(s.t <= fail.t for s in trace.steps())
+        if creating and first:
+            summary = (
+                "The error happened while the optimizer created its state, in the first step: "
+                "forward and backward fitted, the state did not."
+            )
+        else:
+            summary = "The error happened while the optimizer created or updated its state."
+        evidence = [Evidence(f"failed in: {innermost_frames(fail, 1)}")] if fail.stack else []
         return self.finding(
             trace,
-            POSSIBLE + 0.15,
+            corroborated(POSSIBLE + 0.15, creating and first),
             summary,
-            [],
+            evidence,
             to_confirm=(
                 "compare the optimizer's state (2x the parameters for Adam) with what is "
                 "free after backward"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Set
 from dataclasses import dataclass
 
 from memdoc.rules.base import Evidence, Finding, Fix
@@ -111,7 +112,8 @@ keep their memory until they are stopped.
         oom = fail.oom
         device = failed_device(trace, oom)
         total = device_total(trace, device, oom)
-        others = _others_recorded(trace, fail, device) or _others_in_text(oom, total)
+        siblings = trace.our_pids() - {fail.pid}
+        others = _others_recorded(trace, fail, device) or _others_in_text(oom, total, siblings)
         judged = self._judge(trace, fail, others, total) if others and total else None
         return judged or self._starved(trace, fail, total)
 
@@ -258,10 +260,16 @@ def _others_recorded(trace: Trace, fail: Failure, device: int | None) -> _Others
     return _Others(named, unaccounted, tuple(pids))
 
 
-def _others_in_text(oom: OomInfo, total: float | None) -> _Others | None:
-    """Other processes from the message's process lines, or from its arithmetic."""
+def _others_in_text(oom: OomInfo, total: float | None, siblings: Set[int | None]) -> _Others | None:
+    """Other processes from the message's process lines, or from its arithmetic.
+
+    The job's other processes (`siblings`: ranks, workers) named in the message are not
+    others: what they hold is the job's own.
+    """
     own_pool = pool_bytes(oom)
-    others = [p for p in oom.processes if not p.this_process and p.used_bytes]
+    ours = [p for p in oom.processes if p.pid in siblings and not p.this_process]
+    others = [p for p in oom.processes if not p.this_process and p.used_bytes and p not in ours]
+    siblings_bytes = sum(p.used_bytes or 0 for p in ours)
     this = next((p for p in oom.processes if p.this_process), None)
     if this is None and own_pool is not None:
         this = _self_in_namespace(others, own_pool)
@@ -274,7 +282,7 @@ def _others_in_text(oom: OomInfo, total: float | None) -> _Others | None:
         return _Others(named, 0.0, pids, certain) if others else None
     this_bytes = oom_this_process_bytes(oom) or (this.used_bytes if this is not None else None)
     if this_bytes is not None:
-        unaccounted = total - oom.free_bytes - this_bytes - named
+        unaccounted = total - oom.free_bytes - this_bytes - named - siblings_bytes
     elif own_pool is not None and not oom.processes:
         unaccounted = total - oom.free_bytes - own_pool - CONTEXT_ALLOWANCE_BYTES / 4
     else:

@@ -3,14 +3,26 @@
 from __future__ import annotations
 
 from memdoc.rules.base import Evidence, Finding, Fix
-from memdoc.rules.facts import device_total, failed_device, failure, framework_at, frameworks
+from memdoc.rules.facts import (
+    Failure,
+    device_name,
+    device_total,
+    failed_device,
+    failure,
+    framework_at,
+    frameworks,
+)
+from memdoc.rules.host import Held, Limit, data_held, host_limits, on_host, resident_at_failure
 from memdoc.rules.spec import (
     LIKELY,
+    POSSIBLE,
     STRONG,
     RuleSpec,
     bytes_evidence,
+    corroborated,
     ratio_evidence,
     ratio_text,
+    share_evidence,
     snippet,
 )
 from memdoc.trace.model import Metric, OomInfo
@@ -19,6 +31,9 @@ from memdoc.units import format_bytes
 
 # A request this many times the device is not a batch that is a little too big.
 ABSURD_RATIO = 10.0
+# Below the limit, a request at least this many times all the data held is what did not fit.
+DOMINANT_RATIO = 1.0
+SIZEABLE_SHARE = 0.25
 
 
 class SingleAllocationTooLarge(RuleSpec):
@@ -38,6 +53,8 @@ volume processed at once, or a convolution asking for a huge workspace.
 """
     confirm = """
 - "Tried to allocate" is larger than the "total capacity", or absurd (thousands of GiB).
+- In host memory the capacity is the tightest of RAM, the container's limit and the
+  process's address-space cap (`ulimit -v`); `memdoc run` records all three.
 - The shape in the message, or of the tensor created on the failing line, has a dimension
   you did not expect.
 - The request shrinks fourfold when the sequence length or tile size halves: a quadratic
@@ -107,35 +124,131 @@ volume processed at once, or a convolution asking for a huge workspace.
             evidence = [Evidence("requested: more than any device has", None, "bytes")]
             return self.finding(trace, STRONG + 0.1, summary, evidence, frameworks=involved)
         requested = oom.requested_bytes
+        if not requested:
+            return None
+        if on_host(trace, oom):
+            return self._on_host(trace, fail, requested, involved)
         device = failed_device(trace, oom)
         total = device_total(trace, device, oom)
-        if not requested or not total:
+        if not total:
+            return None
+        capacity = Limit(f"{device_name(device)} total", total)
+        found = self._beyond(trace, capacity, requested, involved)
+        if found is not None:
+            return found
+        kept = _kept_bytes(trace, oom, device, fail.t)
+        if kept is None:
+            return None
+        held = Held("already allocated by the job", kept)
+        return self._beside_kept(trace, capacity, requested, held, involved)
+
+    def _on_host(
+        self, trace: Trace, fail: Failure, requested: float, involved: list[str]
+    ) -> Finding | None:
+        """In host memory the limit is the tightest of an allocator's own limit, the
+        process's address-space cap, the cgroup and RAM."""
+        oom = fail.oom
+        own = oom.total_bytes or oom.limit_bytes or oom.bfc_limit_bytes
+        if own:
+            found = self._beyond(trace, Limit("allocator limit", own), requested, involved)
+            kept = _kept_bytes(trace, oom, oom.device, fail.t)
+            if found is None and kept is not None:
+                held = Held("in use in the allocator", kept)
+                found = self._beside_kept(
+                    trace, Limit("allocator limit", own), requested, held, involved
+                )
+            if found is not None or trace.is_text_only:
+                return found
+        limits = [] if trace.is_text_only else host_limits(trace, fail.pid)
+        if not limits:
+            return None
+        tightest = limits[0]
+        found = self._beyond(trace, tightest, requested, involved)
+        resident = resident_at_failure(trace, fail)
+        if found is None and resident is not None:
+            held = Held("resident memory of the process", resident)
+            found = self._beside_kept(trace, tightest, requested, held, involved)
+        return found or self._dominant(trace, fail, tightest, requested, involved)
+
+    def _beyond(
+        self, trace: Trace, capacity: Limit, requested: float, involved: list[str]
+    ) -> Finding | None:
+        """The request alone is more than the whole capacity."""
+        if requested <= capacity.limit_bytes:
+            return None
+        ratio = requested / capacity.limit_bytes
+        absurd = ratio >= ABSURD_RATIO
+        summary = (
+            f"One allocation of {format_bytes(requested)} is {ratio_text(ratio)} the whole "
+            f"{format_bytes(capacity.limit_bytes)} {capacity.label}"
+            + (": likely a shape or size bug." if absurd else ".")
+        )
+        evidence = [
+            bytes_evidence("requested in one allocation", requested),
+            bytes_evidence(capacity.label, capacity.limit_bytes),
+            ratio_evidence(f"request / {capacity.label}", ratio),
+        ]
+        confidence = STRONG + (0.1 if absurd else 0.0)
+        return self.finding(trace, confidence, summary, evidence, frameworks=involved)
+
+    def _beside_kept(
+        self,
+        trace: Trace,
+        capacity: Limit,
+        requested: float,
+        held: Held,
+        involved: list[str],
+    ) -> Finding | None:
+        """The request is most of the capacity, and more than what the job's own memory left."""
+        total = capacity.limit_bytes
+        kept = held.held_bytes
+        if not (requested > total - kept and requested >= 0.5 * total):
             return None
         evidence = [
             bytes_evidence("requested in one allocation", requested),
-            bytes_evidence("device total", total),
-            ratio_evidence("request / device", requested / total),
+            bytes_evidence(capacity.label, total),
+            ratio_evidence(f"request / {capacity.label}", requested / total),
+            bytes_evidence(held.label, kept),
         ]
-        if requested > total:
-            ratio = requested / total
-            absurd = ratio >= ABSURD_RATIO
-            summary = (
-                f"One allocation of {format_bytes(requested)} is {ratio_text(ratio)} the whole "
-                f"{format_bytes(total)} device"
-                + (": likely a shape or size bug." if absurd else ".")
-            )
-            return self.finding(
-                trace, STRONG + (0.1 if absurd else 0.0), summary, evidence, frameworks=involved
-            )
-        kept = _kept_bytes(trace, oom, device, fail.t)
-        if kept is not None and requested > total - kept and requested >= 0.5 * total:
-            evidence.append(bytes_evidence("already allocated by the job", kept))
-            summary = (
-                f"One allocation of {format_bytes(requested)} is more than the device has left "
-                f"beside the {format_bytes(kept)} the job keeps."
-            )
-            return self.finding(trace, LIKELY - 0.05, summary, evidence, frameworks=involved)
-        return None
+        summary = (
+            f"One allocation of {format_bytes(requested)} is more than the "
+            f"{format_bytes(total)} {capacity.label} has left beside the "
+            f"{format_bytes(kept)} the job keeps."
+        )
+        return self.finding(trace, LIKELY - 0.05, summary, evidence, frameworks=involved)
+
+    def _dominant(
+        self, trace: Trace, fail: Failure, limit: Limit, requested: float, involved: list[str]
+    ) -> Finding | None:
+        """Below the limit, but larger than all the data the program held: this one request,
+        not an accumulation, is what did not fit."""
+        held = data_held(trace, fail)
+        if held is None or requested < DOMINANT_RATIO * held.held_bytes:
+            return None
+        evidence = [
+            bytes_evidence("requested in one allocation", requested),
+            bytes_evidence(held.label, held.held_bytes),
+            ratio_evidence(f"request / {held.label}", requested / held.held_bytes),
+            bytes_evidence(limit.label, limit.limit_bytes),
+            share_evidence(f"request / {limit.label}", requested / limit.limit_bytes),
+        ]
+        summary = (
+            f"One allocation of {format_bytes(requested)}, more than all the data the program "
+            f"held ({format_bytes(held.held_bytes)}), failed under the "
+            f"{format_bytes(limit.limit_bytes)} {limit.label}."
+        )
+        sizeable = requested >= SIZEABLE_SHARE * limit.limit_bytes
+        return self.finding(
+            trace,
+            corroborated(POSSIBLE, sizeable),
+            summary,
+            evidence,
+            to_confirm=(
+                "compare the request with the memory the process may use (`ulimit -v`, the "
+                "container's limit, RAM) minus what the runtime itself takes"
+            ),
+            frameworks=involved,
+        )
 
 
 def _kept_bytes(trace: Trace, oom: OomInfo, device: int | None, t: float) -> float | None:

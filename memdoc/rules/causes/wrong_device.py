@@ -10,13 +10,24 @@ from memdoc.rules.facts import (
     framework_devices,
     frameworks,
 )
-from memdoc.rules.spec import LIKELY, POSSIBLE, RuleSpec, bytes_evidence, count_evidence, snippet
-from memdoc.trace.model import OomInfo
+from memdoc.rules.spec import (
+    LIKELY,
+    POSSIBLE,
+    RuleSpec,
+    bytes_evidence,
+    corroborated,
+    count_evidence,
+    snippet,
+)
+from memdoc.trace.model import Metric, OomInfo
 from memdoc.trace.reader import Trace
-from memdoc.units import format_bytes
+from memdoc.units import GiB, format_bytes
 
 BUSY_SHARE = 0.85
 IDLE_SHARE = 0.10
+# More than a CUDA context (0.3 to 1.5 GiB): a process that works on the device.
+WORKING_MIN_BYTES = 2 * GiB
+WORKING_SHARE = 0.1
 
 
 class WrongDevice(RuleSpec):
@@ -39,7 +50,8 @@ checkpoints saved on GPU 0 and loaded without `map_location`, end up on GPU 0.
 - A rank other than 0 fails on GPU 0 (`[rank3]: ... GPU 0 has a total capacity ...`).
   Unless each rank sees only its own GPU through `CUDA_VISIBLE_DEVICES`, rank 3 belongs on
   GPU 3.
-- `memdoc run` records memory per device and per process.
+- `memdoc run` records memory per device and per process: several processes of the job
+  each working on GPU 0 means the ranks never chose their own device.
 """
     fixes = (
         Fix(
@@ -102,11 +114,61 @@ checkpoints saved on GPU 0 and loaded without `map_location`, end up on GPU 0.
         oom = fail.oom if fail is not None else None
         if trace.is_text_only:
             return self._rank_on_gpu0(trace, oom) if oom is not None else None
-        misplaced = self._away_from_local_rank(trace)
-        if misplaced is not None or oom is None:
-            return misplaced
+        found = self._away_from_local_rank(trace) or self._crowded(trace, oom)
+        if found is not None or oom is None:
+            return found
         failed = failed_device(trace, oom)
         return self._idle_neighbour(trace, failed) if failed is not None else None
+
+    def _crowded(self, trace: Trace, oom: OomInfo | None) -> Finding | None:
+        """Several of this job's processes each work on one GPU: ranks that never chose a
+        device of their own. Other GPUs left idle, or the failure there, say it was not meant."""
+        failed = failed_device(trace, oom)
+        for device in trace.devices():
+            total = trace.device_total_bytes(device.index) if device.index >= 0 else None
+            if not total:
+                continue
+            working = _working_processes(trace, oom, device.index, total)
+            idle = _idle_devices(trace, device.index)
+            failed_here = oom is not None and failed == device.index
+            if len(working) < 2 or not (failed_here or idle):
+                continue
+            return self._report_crowded(trace, device.index, working, idle, failed_here)
+        return None
+
+    def _report_crowded(
+        self,
+        trace: Trace,
+        device: int,
+        working: dict[int, float],
+        idle: list[int],
+        failed_here: bool,
+    ) -> Finding:
+        pids = ", ".join(str(pid) for pid in sorted(working))
+        summary = (
+            f"{len(working)} processes of this job (PIDs {pids}) each worked on GPU {device}, "
+            f"{format_bytes(min(working.values()))} to {format_bytes(max(working.values()))} "
+            "each"
+        )
+        if idle:
+            summary += f", while GPU {', '.join(map(str, idle))} stayed idle"
+        summary += ": ranks that did not select a device of their own."
+        evidence = [
+            count_evidence(f"processes of this job working on GPU {device}", len(working)),
+            bytes_evidence("held by them together", sum(working.values())),
+            count_evidence("other GPUs left idle", len(idle)),
+        ]
+        return self.finding(
+            trace,
+            corroborated(POSSIBLE + 0.1, failed_here, bool(idle), len(working) >= 3),
+            summary,
+            evidence,
+            to_confirm=(
+                "check that each rank calls torch.cuda.set_device(LOCAL_RANK) before any CUDA "
+                "call, or sees only its own GPU through CUDA_VISIBLE_DEVICES"
+            ),
+            frameworks=frameworks(trace, None),
+        )
 
     def _rank_on_gpu0(self, trace: Trace, oom: OomInfo) -> Finding | None:
         """A rank above 0 failing on GPU 0: the classic missing `set_device`."""
@@ -150,29 +212,58 @@ checkpoints saved on GPU 0 and loaded without `map_location`, end up on GPU 0.
         busy = device_peak_used(trace, failed)
         if not total or busy is None or busy < BUSY_SHARE * total:
             return None
-        for device in trace.devices():
-            other_total = trace.device_total_bytes(device.index)
-            used = device_peak_used(trace, device.index)
-            if device.index == failed or not other_total or used is None:
-                continue
-            if used <= IDLE_SHARE * other_total:
-                summary = (
-                    f"GPU {failed} ran out while GPU {device.index} stayed idle "
-                    f"({format_bytes(used)} used of {format_bytes(other_total)})."
-                )
-                evidence = [
-                    bytes_evidence(f"peak used on GPU {failed}", busy),
-                    bytes_evidence(f"peak used on GPU {device.index}", used),
-                ]
-                return self.finding(
-                    trace,
-                    POSSIBLE - 0.05,
-                    summary,
-                    evidence,
-                    to_confirm="check which device the script selects (`cuda:0` hard-coded?)",
-                    frameworks=frameworks(trace),
-                )
-        return None
+        idle = _idle_devices(trace, failed)
+        if not idle:
+            return None
+        other = idle[0]
+        other_total = trace.device_total_bytes(other) or 0
+        used = device_peak_used(trace, other) or 0.0
+        summary = (
+            f"GPU {failed} ran out while GPU {other} stayed idle "
+            f"({format_bytes(used)} used of {format_bytes(other_total)})."
+        )
+        evidence = [
+            bytes_evidence(f"peak used on GPU {failed}", busy),
+            bytes_evidence(f"peak used on GPU {other}", used),
+        ]
+        return self.finding(
+            trace,
+            POSSIBLE - 0.05,
+            summary,
+            evidence,
+            to_confirm="check which device the script selects (`cuda:0` hard-coded?)",
+            frameworks=frameworks(trace),
+        )
+
+
+def _working_processes(
+    trace: Trace, oom: OomInfo | None, device: int, total: float
+) -> dict[int, float]:
+    """{pid: bytes} of this job's processes that hold more than a context on the device,
+    from NVML's per-process figures and from the processes the error text names."""
+    ours = trace.our_pids()
+    held: dict[int, float] = {}
+    for series in trace.series_for(Metric.GPU_PROC_USED, device=device):
+        top = series.max()
+        if series.key.pid in ours and top is not None:
+            held[series.key.pid] = top[1]
+    if oom is not None and oom.device == device:
+        for process in oom.processes:
+            if process.pid in ours and process.used_bytes:
+                held[process.pid] = max(held.get(process.pid, 0.0), float(process.used_bytes))
+    floor = max(WORKING_MIN_BYTES, WORKING_SHARE * total)
+    return {pid: used for pid, used in held.items() if used >= floor}
+
+
+def _idle_devices(trace: Trace, busy: int) -> list[int]:
+    """Other GPUs of the machine that the job left (nearly) empty."""
+    idle = []
+    for device in trace.devices():
+        total = trace.device_total_bytes(device.index) if device.index >= 0 else None
+        used = device_peak_used(trace, device.index) if total else None
+        if device.index != busy and total and used is not None and used <= IDLE_SHARE * total:
+            idle.append(device.index)
+    return idle
 
 
 def _one_visible_gpu(trace: Trace) -> bool:

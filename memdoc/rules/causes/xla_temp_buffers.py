@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.facts import Failure, failure, frameworks, specific_library
-from memdoc.rules.spec import LIKELY, POSSIBLE, RuleSpec, bytes_evidence, corroborated, snippet
+from memdoc.rules.host import data_held
+from memdoc.rules.spec import (
+    LIKELY,
+    POSSIBLE,
+    WEAK,
+    RuleSpec,
+    bytes_evidence,
+    corroborated,
+    ratio_evidence,
+    ratio_text,
+    snippet,
+)
 from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes
 
@@ -13,6 +24,11 @@ _XLA_OOM = (
     r"Out of memory while trying to allocate|Out of memory allocating"
     r"|Failed to allocate request for|RESOURCE_EXHAUSTED"
 )
+
+
+# A request this many times all the data the program held was made inside the program.
+FAR_LARGER = 8.0
+_TO_CONFIRM = "print `jax.jit(f).lower(...).compile().memory_analysis()`"
 
 
 class XlaTempBuffers(RuleSpec):
@@ -35,6 +51,7 @@ sequences scale the temporaries.
 - The error includes "BufferAssignment OOM Debugging", or "HLO temp" on TPU, or XLA warns
   that it "Can't reduce memory use below ... by rematerialization".
 - It fails at the first call of a jitted function (compile time), not after many steps.
+- The failed request is far larger than all the arrays the program holds.
 - `jax.jit(f).lower(*args).compile().memory_analysis()` shows the temp size.
 """
     fixes = (
@@ -93,16 +110,43 @@ sequences scale the temporaries.
         if oom.xla_temp_bytes or oom.xla_buffers or oom.kind == "compile" or fail.says(_REMAT):
             return self._planned(trace, fail, involved)
         if oom.framework == "jax" and specific_library(oom) is None and fail.says(_XLA_OOM):
+            return self._unplanned(trace, fail, involved)
+        return None
+
+    def _unplanned(self, trace: Trace, fail: Failure, involved: list[str]) -> Finding:
+        """No buffer plan in the text: weigh the request against the data the program held."""
+        requested = fail.oom.requested_bytes
+        evidence = [bytes_evidence("requested", requested)] if requested else []
+        held = data_held(trace, fail) if requested else None
+        if held is None or not requested:
             summary = "XLA could not allocate a buffer for the compiled program."
             return self.finding(
                 trace,
                 POSSIBLE - 0.05,
                 summary,
-                [bytes_evidence("requested", oom.requested_bytes)] if oom.requested_bytes else [],
-                to_confirm="print `jax.jit(f).lower(...).compile().memory_analysis()`",
+                evidence,
+                to_confirm=_TO_CONFIRM,
                 frameworks=involved,
             )
-        return None
+        ratio = requested / held.held_bytes
+        evidence += [
+            bytes_evidence(held.label, held.held_bytes),
+            ratio_evidence(f"request / {held.label}", ratio),
+        ]
+        if ratio >= FAR_LARGER:
+            summary = (
+                f"XLA asked for {format_bytes(requested)}, {ratio_text(ratio)} all the data the "
+                "program held: a buffer its compiled program makes from small inputs, such as "
+                "a temporary."
+            )
+            return self.finding(trace, LIKELY + 0.05, summary, evidence, frameworks=involved)
+        summary = (
+            f"XLA could not allocate {format_bytes(requested)}, in proportion to the data the "
+            "program held: as likely an ordinary result array as a temporary of the program."
+        )
+        return self.finding(
+            trace, WEAK, summary, evidence, to_confirm=_TO_CONFIRM, frameworks=involved
+        )
 
     def _planned(self, trace: Trace, fail: Failure, involved: list[str]) -> Finding:
         oom = fail.oom

@@ -1,0 +1,134 @@
+"""Facts about host memory: whether a failure was in RAM, which limit applied, what was held."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memdoc.rules.facts import GPU_FRAMEWORKS, Failure, framework_at, framework_name
+from memdoc.trace.model import EventKind, Metric, OomInfo
+from memdoc.trace.reader import Trace
+
+HOST_KINDS = ("host-kill", "host-alloc", "shm", "dataloader-killed")
+# The seconds before a failure in which the resident memory counts as "at the failure".
+RECENT_S = 1.0
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A ceiling on memory and what sets it: an address-space cap, a cgroup, the machine."""
+
+    label: str
+    limit_bytes: float
+
+
+@dataclass(frozen=True)
+class Held:
+    """What the program held when it failed, and how that was measured."""
+
+    label: str
+    held_bytes: float
+
+
+def gpu_recorded(trace: Trace) -> bool:
+    """True when the trace saw a GPU (the driver, or a framework series on a GPU index)."""
+    return any(device.index >= 0 for device in trace.devices())
+
+
+def on_host(trace: Trace, oom: OomInfo) -> bool:
+    """True when the memory that ran out is the host's RAM, not a GPU's.
+
+    An error that says so (a kill, a CPU allocator, `device_type` cpu) is on the host; so is
+    any error of a recorded run that saw no GPU at all. A bare error text without either is
+    taken to be about a GPU, as most are.
+    """
+    if oom.kind in HOST_KINDS or oom.framework == "host" or oom.device_type == "cpu":
+        return True
+    if oom.device_type is not None or trace.is_text_only:
+        return False
+    return not gpu_recorded(trace) and (oom.device is None or oom.device < 0)
+
+
+def host_limits(trace: Trace, pid: int | None) -> list[Limit]:
+    """The limits on the host memory of process `pid`, tightest first.
+
+    An address-space cap (RLIMIT_AS) counts mappings, not resident pages, so a process can
+    reach it with less resident memory than the cap.
+    """
+    found: list[Limit] = []
+    if pid is not None:
+        rlimit = _last(trace, Metric.HOST_RLIMIT_AS, pid)
+        if rlimit:
+            found.append(Limit(f"address-space cap (RLIMIT_AS) of process {pid}", rlimit))
+    cgroup = _last(trace, Metric.CGROUP_LIMIT, None)
+    if cgroup:
+        found.append(Limit("memory limit of the job's cgroup", cgroup))
+    total = _last(trace, Metric.HOST_TOTAL, None)
+    if total:
+        found.append(Limit("host RAM", total))
+    return sorted(found, key=lambda limit: limit.limit_bytes)
+
+
+def resident_at_failure(trace: Trace, fail: Failure) -> float | None:
+    """Highest resident memory of the failing process (else the job) just before the error."""
+    for pid in (fail.pid, None):
+        series = trace.series(Metric.HOST_RSS, None, pid)
+        if series is None:
+            continue
+        top = series.max_between(fail.t - RECENT_S, fail.t)
+        if top is None:
+            top = series.at(fail.t)
+        if top:
+            return top
+    return None
+
+
+def data_held(trace: Trace, fail: Failure) -> Held | None:
+    """What the program's data took when it failed, measured as closely as the trace allows.
+
+    In order: the live arrays the framework listed at the error; the framework's allocated
+    bytes on the failing device; on the host, the resident memory the process gained since
+    its framework started (which also counts the framework's own caches).
+    """
+    if fail.live_array_bytes is not None:
+        return Held("live arrays at the error", fail.live_array_bytes)
+    device = fail.oom.device if fail.oom.device is not None else _only_framework_device(trace)
+    if device is not None:
+        allocated = framework_at(trace, Metric.ALLOCATED, device, fail.t)
+        if allocated:
+            return Held("allocated by the framework", allocated)
+    if trace.is_text_only or not on_host(trace, fail.oom):
+        return None
+    return _gained_since_start(trace, fail)
+
+
+def _gained_since_start(trace: Trace, fail: Failure) -> Held | None:
+    started = [
+        e
+        for e in trace.events(EventKind.FRAMEWORK)
+        if e.data.get("name") in GPU_FRAMEWORKS and e.pid in (fail.pid, None) and e.t <= fail.t
+    ]
+    series = trace.series(Metric.HOST_RSS, None, fail.pid)
+    now = resident_at_failure(trace, fail)
+    if not started or series is None or now is None:
+        return None
+    before = series.at(started[0].t)
+    if before is None:
+        return None
+    name = framework_name(str(started[0].data.get("name")))
+    return Held(f"resident memory gained since {name} started", max(now - before, 1.0))
+
+
+def _only_framework_device(trace: Trace) -> int | None:
+    """The one device framework series name, when there is exactly one."""
+    devices = {
+        key.device
+        for key in trace.series_keys()
+        if key.device is not None and key.metric.endswith("." + Metric.ALLOCATED)
+    }
+    return devices.pop() if len(devices) == 1 else None
+
+
+def _last(trace: Trace, metric: str, pid: int | None) -> float | None:
+    series = trace.series(metric, None, pid)
+    last = series.last() if series is not None else None
+    return last[1] if last is not None else None

@@ -1,0 +1,123 @@
+"""Facts the rules share: frames of the failing stack, where memory ran out, which limit held."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memdoc.rules.facts import Failure, failure, measured_baselines, step_curve
+from memdoc.rules.host import host_limits, on_host
+from memdoc.rules.text_trace import text_trace
+from memdoc.trace import Metric, OomInfo, SeriesKey, load_trace
+from tests.rules.fixture_cases import RULE_FIXTURES
+from tests.rules.host_scenarios import ADAM_STATE
+from tests.rules.recorder import PID, GiB, MiB, Recorder
+
+ADAM_FAILURE = Failure(oom=OomInfo(framework="pytorch"), t=5.0, pid=PID, stack=ADAM_STATE)
+
+
+@pytest.mark.parametrize(
+    ("file_pattern", "function_pattern", "found"),
+    [
+        pytest.param(r"torch[/\\]optim[/\\]", "", True, id="file-alone-matches-any-function"),
+        pytest.param("adam.py", "_init_group", True, id="file-and-whole-function-name"),
+        pytest.param("", "_init_group|step", True, id="function-alone"),
+        pytest.param("", "init", False, id="function-pattern-is-the-whole-name"),
+        pytest.param("adam.py", "wrapper", False, id="both-must-match-the-same-frame"),
+    ],
+)
+def test_in_frames_matches_file_anywhere_and_function_as_a_whole_name(
+    file_pattern: str, function_pattern: str, found: bool
+) -> None:
+    assert ADAM_FAILURE.in_frames(file_pattern, function_pattern) is found
+
+
+def _recorded(path: Path, oom: OomInfo, *, gpu: bool) -> bool:
+    rec = Recorder(path)
+    if gpu:
+        rec.device(0, 24 * GiB, "NVIDIA RTX A5000")
+    rec.sample(0.5, {SeriesKey(Metric.HOST_RSS): 1 * GiB})
+    rec.oom(1.0, oom)
+    rec.end(1.5, exit_code=1)
+    return on_host(load_trace(path), oom)
+
+
+JAX_ALLOCATOR = OomInfo(framework="jax", kind="allocator", requested_bytes=966_328_320)
+
+
+@pytest.mark.parametrize(
+    ("oom", "gpu", "expected"),
+    [
+        pytest.param(JAX_ALLOCATOR, False, True, id="allocator-error-in-a-run-without-gpu"),
+        pytest.param(JAX_ALLOCATOR, True, False, id="allocator-error-in-a-gpu-run"),
+        pytest.param(
+            OomInfo(framework="pytorch", kind="host-alloc"), True, True, id="cpu-allocator-anywhere"
+        ),
+        pytest.param(
+            OomInfo(framework="tensorflow", device=0, device_type="cpu"),
+            True,
+            True,
+            id="tf-bfc-on-the-cpu",
+        ),
+    ],
+)
+def test_memory_ran_out_on_the_host_when_the_error_or_the_run_says_so(
+    tmp_path: Path, oom: OomInfo, gpu: bool, expected: bool
+) -> None:
+    assert _recorded(tmp_path / "run.memdoc", oom, gpu=gpu) is expected
+
+
+def test_a_bare_error_text_is_taken_to_be_about_a_gpu() -> None:
+    text = "Out of memory allocating 966328320 bytes."
+
+    assert not on_host(text_trace(text, JAX_ALLOCATOR), JAX_ALLOCATOR)
+
+
+def test_host_limits_come_tightest_first_and_name_what_sets_them(tmp_path: Path) -> None:
+    rec = Recorder(tmp_path / "run.memdoc")
+    rec.sample(
+        1.0,
+        {
+            SeriesKey(Metric.HOST_TOTAL): 64 * GiB,
+            SeriesKey(Metric.CGROUP_LIMIT): 16 * GiB,
+            SeriesKey(Metric.HOST_RLIMIT_AS, pid=PID): 2 * GiB,
+            SeriesKey(Metric.HOST_RLIMIT_AS, pid=PID + 1): 1 * GiB,
+        },
+    )
+    rec.end(2.0, exit_code=0)
+
+    limits = host_limits(load_trace(tmp_path / "run.memdoc"), PID)
+
+    assert [(limit.label.split(" ")[0], limit.limit_bytes) for limit in limits] == [
+        ("address-space", 2 * GiB),
+        ("memory", 16 * GiB),
+        ("host", 64 * GiB),
+    ]
+
+
+def test_steps_shorter_than_a_sample_share_one_baseline(tmp_path: Path) -> None:
+    rec = Recorder(tmp_path / "run.memdoc")
+    step = 0
+    for i, rss in enumerate([100, 110, 120], start=1):
+        rec.sample(float(i), {SeriesKey(Metric.HOST_RSS): rss * MiB})
+        for part in (0.2, 0.5, 0.8):  # three steps between two samples
+            step += 1
+            rec.step(i + part, step)
+    rec.end(4.0, exit_code=0)
+    trace = load_trace(tmp_path / "run.memdoc")
+    curve = step_curve(trace)
+    assert curve is not None
+
+    assert len(curve.steps) == 9
+    assert measured_baselines(trace, curve) == [(0, 100 * MiB), (3, 110 * MiB), (6, 120 * MiB)]
+
+
+def test_the_failure_carries_the_live_arrays_a_collector_listed() -> None:
+    trace = load_trace(
+        RULE_FIXTURES / "xla-temp-buffers" / "hit-request-far-above-live-arrays.memdoc"
+    )
+
+    found = failure(trace)
+
+    assert found is not None and found.live_array_bytes == 186_516
