@@ -159,11 +159,15 @@ class HostCollector:
         total = 0
         for pid, proc in list(self._procs.items()):
             try:
-                rss = proc.memory_info().rss
+                info = proc.memory_info()
             except psutil.Error:
                 self._gone(pid, unix_t)
                 continue
+            rss = info.rss
             values[SeriesKey(Metric.HOST_RSS, pid=pid)] = rss
+            if SeriesKey(Metric.HOST_RLIMIT_AS, pid=pid) in self._system:
+                # Only where a cap applies: then the room left is the cap minus this.
+                values[SeriesKey(Metric.HOST_VMS, pid=pid)] = info.vms
             total += rss
         if self._procs:
             values[SeriesKey(Metric.HOST_RSS)] = total

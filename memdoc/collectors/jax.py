@@ -273,9 +273,13 @@ class JaxCollector:
 
 
 def _is_jax_oom(exc: BaseException) -> bool:
-    """A JAX/XLA runtime error (JaxRuntimeError, XlaRuntimeError) saying RESOURCE_EXHAUSTED."""
+    """A JAX/XLA runtime error (JaxRuntimeError, XlaRuntimeError) that is a memory error:
+    RESOURCE_EXHAUSTED on accelerators, "INTERNAL: ... Out of memory allocating" on CPU."""
     module = type(exc).__module__.split(".")[0]
-    return module in ("jax", "jaxlib") and "RESOURCE_EXHAUSTED" in str(exc)[:500]
+    head = str(exc)[:2000]
+    return module in ("jax", "jaxlib") and (
+        "RESOURCE_EXHAUSTED" in head or "out of memory" in head.lower()
+    )
 
 
 def _optional_int(value: Any) -> int | None:

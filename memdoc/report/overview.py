@@ -105,8 +105,10 @@ def ending_of(trace: Trace) -> Ending:
 
 
 def _oom_words(trace: Trace, oom: OomInfo) -> tuple[str, str]:
-    if oom.framework == "host" or oom.kind == "host-kill":
-        return "host-oom", "Ran out of host memory"
+    from memdoc.rules.host import on_host
+
+    if on_host(trace, oom):
+        return "host-oom", "Ran out of host memory (RAM)"
     device = oom_device(trace, oom)
     where = f" on GPU {device}" if device is not None else ""
     who = f"Rank {trace.rank} ran" if trace.rank is not None else "Ran"

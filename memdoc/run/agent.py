@@ -12,10 +12,11 @@ from types import TracebackType
 from typing import Any
 
 from memdoc.api import pop_session, push_session
+from memdoc.collectors.base import SessionHandle, Values
 from memdoc.collectors.registry import agent_collectors
 from memdoc.run.channel import ENV_INTERVAL, ENV_SOCKET, AgentChannel
 from memdoc.session import DEFAULT_INTERVAL_S, Session
-from memdoc.trace.model import EventKind, ProcessInfo
+from memdoc.trace.model import CollectorStatus, EventKind, ProcessInfo
 
 _state: dict[str, Any] = {}
 
@@ -37,15 +38,15 @@ def _start() -> None:
         interval_s = float(os.environ.get(ENV_INTERVAL, DEFAULT_INTERVAL_S))
     except ValueError:
         interval_s = DEFAULT_INTERVAL_S
-    session = Session(channel, agent_collectors(), interval_s=interval_s)
+    session = Session(channel, [*agent_collectors(), LaunchRankWatcher()], interval_s=interval_s)
     channel.process(
         ProcessInfo(
             pid=os.getpid(),
             t=time.time(),
             ppid=os.getppid(),
             command=tuple(sys.orig_argv),
-            rank=_env_int("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"),
-            local_rank=_env_int("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"),
+            rank=_ranks()[0],
+            local_rank=_ranks()[1],
         )
     )
     session.start()
@@ -54,6 +55,43 @@ def _start() -> None:
         _install_hooks()
     _state["session"] = session
     _state["channel"] = channel
+
+
+class LaunchRankWatcher:
+    """Reports this process's rank when it changes: launchers set RANK/LOCAL_RANK before the
+    process starts, but `mp.spawn`-style code often sets them inside the worker function."""
+
+    name = "launch-rank"
+
+    def __init__(self) -> None:
+        self._session: SessionHandle | None = None
+        self._known: tuple[int | None, int | None] | None = None
+
+    def probe(self) -> CollectorStatus:
+        return CollectorStatus(self.name, True)
+
+    def start(self, session: SessionHandle) -> None:
+        self._session = session
+        self._known = _ranks()  # the process record at start already carries these
+
+    def sample(self, unix_t: float) -> Values:
+        ranks = _ranks()
+        if ranks != self._known and self._session is not None:
+            self._known = ranks
+            self._session.process(
+                ProcessInfo(pid=os.getpid(), t=unix_t, rank=ranks[0], local_rank=ranks[1])
+            )
+        return {}
+
+    def close(self) -> None:
+        self._session = None
+
+
+def _ranks() -> tuple[int | None, int | None]:
+    return (
+        _env_int("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"),
+        _env_int("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"),
+    )
 
 
 def _env_int(*names: str) -> int | None:

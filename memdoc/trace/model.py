@@ -60,6 +60,7 @@ class Metric:
     HOST_TOTAL = "host.total"
     HOST_SWAP_USED = "host.swap_used"
     HOST_RLIMIT_AS = "host.rlimit_as"  # a process's address-space cap (RLIMIT_AS), when set
+    HOST_VMS = "host.vms"  # a process's address space in use: what RLIMIT_AS counts
     CGROUP_USAGE = "cgroup.usage"
     CGROUP_LIMIT = "cgroup.limit"
     CGROUP_OOM_KILLS = "cgroup.oom_kills"

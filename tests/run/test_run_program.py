@@ -363,3 +363,16 @@ def test_each_python_process_records_the_rank_its_launcher_gave_it(tmp_path: Pat
     assert watched.returncode == 0, watched.stderr
     ranks = {p.rank for p in load_trace(tmp_path / "t.memdoc").processes(ours=True)}
     assert {0, 1} <= ranks
+
+
+def test_a_rank_set_inside_the_worker_after_start_is_recorded_too(tmp_path: Path) -> None:
+    (tmp_path / "late.py").write_text(
+        "import os, time\ntime.sleep(0.3)\n"
+        "os.environ['LOCAL_RANK'] = '3'\nos.environ['RANK'] = '7'\ntime.sleep(1.0)\n"
+    )
+
+    watched = run_memdoc("run", "-q", "-o", "t.memdoc", "late.py", cwd=tmp_path)
+
+    assert watched.returncode == 0, watched.stderr
+    ranks = {(p.rank, p.local_rank) for p in load_trace(tmp_path / "t.memdoc").processes(ours=True)}
+    assert (7, 3) in ranks
