@@ -199,6 +199,11 @@ class HostCollector:
         root = self._procs.get(self.root_pid)
         if root is None:
             return
+        # A program may move itself into a cgroup of its own (a job step, a test harness):
+        # follow it, so its limit and OOM kills are the ones recorded.
+        moved = find_cgroup(self.root_pid)
+        if moved is not None and moved != self._cgroup:
+            self._cgroup = moved
         try:
             children = root.children(recursive=True)
         except psutil.Error:

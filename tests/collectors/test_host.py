@@ -135,3 +135,25 @@ def test_an_unlimited_address_space_records_no_cap() -> None:
     from memdoc.collectors.host import address_space_limit
 
     assert address_space_limit(os.getpid()) is None
+
+
+def test_a_program_that_moves_into_another_cgroup_is_followed(tmp_path: Path, monkeypatch) -> None:
+    import memdoc.collectors.host as host
+
+    first, second = tmp_path / "a", tmp_path / "b"
+    for folder, limit in ((first, 8 * MiB), (second, 4 * MiB)):
+        folder.mkdir()
+        (folder / "memory.current").write_text("1024\n")
+        (folder / "memory.max").write_text(f"{limit}\n")
+        (folder / "memory.events").write_text("oom_kill 0\n")
+    where = {"now": host.CgroupFiles(2, first / "memory.current", first / "memory.max", None)}
+    monkeypatch.setattr(host, "find_cgroup", lambda pid, root=None: where["now"])
+    collector = HostCollector(os.getpid())
+    collector.start(_Sink())
+    t0 = time.time()
+    assert collector.sample(t0)[SeriesKey(Metric.CGROUP_LIMIT)] == 8 * MiB
+
+    where["now"] = host.CgroupFiles(2, second / "memory.current", second / "memory.max", None)
+    values = collector.sample(t0 + 2.0)
+
+    assert values[SeriesKey(Metric.CGROUP_LIMIT)] == 4 * MiB
