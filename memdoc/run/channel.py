@@ -30,6 +30,9 @@ MAX_QUEUED = 10_000  # messages an agent keeps when the parent is slow; older on
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 
+_URGENT = frozenset({EventKind.OOM, EventKind.EXCEPTION, EventKind.PROCESS_EXIT})
+
+
 def _dumps(message: Mapping[str, Any]) -> bytes:
     return (json.dumps(message, separators=(",", ":"), default=str) + "\n").encode()
 
@@ -62,7 +65,11 @@ class AgentChannel:
         self._put(
             {"k": "e", "t": event.t, "kind": event.kind, "pid": event.pid, "data": dict(event.data)}
         )
-        self._wake.set()
+        # Waking the sender thread on every event (a step every few milliseconds) would
+        # hand the GIL back and forth with the program; ordinary events go with the next
+        # periodic send, the ones that may come right before a death go at once.
+        if event.kind in _URGENT:
+            self._wake.set()
 
     def device(self, device: DeviceInfo) -> None:
         self._put({"k": "d", **asdict(device)})
