@@ -68,6 +68,18 @@ def host_limits(trace: Trace, pid: int | None) -> list[Limit]:
     return sorted(found, key=lambda limit: limit.limit_bytes)
 
 
+def address_space_at_failure(trace: Trace, fail: Failure) -> float | None:
+    """The failing process's address space in use just before the error: what an
+    RLIMIT_AS cap counts (recorded only for processes with a cap)."""
+    if fail.pid is None:
+        return None
+    series = trace.series(Metric.HOST_VMS, None, fail.pid)
+    if series is None:
+        return None
+    top = series.max_between(fail.t - RECENT_S, fail.t)
+    return top if top is not None else series.at(fail.t)
+
+
 def resident_at_failure(trace: Trace, fail: Failure) -> float | None:
     """Highest resident memory of the failing process (else the job) just before the error."""
     for pid in (fail.pid, None):

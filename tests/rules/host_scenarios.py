@@ -102,19 +102,27 @@ def torch_host_failure(
     rec.end(6.0, exit_code=1)
 
 
-def jax_host_failure(path: Path, *, live_array_bytes: int | None) -> None:
+def jax_host_failure(
+    path: Path,
+    *,
+    live_array_bytes: int | None,
+    address_space_bytes: float | None = None,
+    requested: int = 966_328_320,
+) -> None:
     """JAX on the CPU under an address-space cap: one request of 966 MB fails when read."""
     rec = Recorder(path)
     _framework(rec, 1.06, "jax")
     resident = [(0.5, 77 * MiB), (1.0, 186 * MiB), (1.5, 199 * MiB), (1.9, 490 * MiB)]
     _host(rec, [*resident, (2.0, 634 * MiB)], rlimit=2_352_062_464)
+    if address_space_bytes is not None:
+        rec.sample(2.0, {SeriesKey(Metric.HOST_VMS, pid=PID): address_space_bytes})
     oom = OomInfo(
         framework="jax",
         kind="allocator",
-        requested_bytes=966_328_320,
+        requested_bytes=requested,
         message=(
             "jax.errors.JaxRuntimeError: INTERNAL: Error dispatching computation: Out of memory "
-            "allocating 966328320 bytes."
+            f"allocating {requested} bytes."
         ),
     )
     data: dict[str, Any] = {"oom": oom.to_dict(), "stack": list(JAX_RESULT_READ)}

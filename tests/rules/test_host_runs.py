@@ -81,3 +81,31 @@ def test_the_end_of_run_summary_says_host_memory_ran_out_not_gpu_memory(
     print_end_of_run([trace], stream)
 
     assert stream.getvalue().splitlines()[0] == "memdoc: Ran out of host memory (RAM)"
+
+
+@pytest.mark.parametrize(
+    ("requested", "address_space", "fires"),
+    [
+        pytest.param(966_328_320, 2_278_000_000, True, id="a-quarter-of-the-cap-beyond-the-room"),
+        pytest.param(40 * MiB, 2_340_000_000, False, id="a-small-request-in-a-full-space"),
+        pytest.param(966_328_320, 1_000_000_000, False, id="room-enough-for-it"),
+    ],
+)
+def test_under_an_address_space_cap_one_big_request_beyond_the_room_left_is_named(
+    tmp_path: Path, requested: int, address_space: float, fires: bool
+) -> None:
+    path = tmp_path / "run.memdoc"
+    jax_host_failure(
+        path, live_array_bytes=966_328_344, address_space_bytes=address_space, requested=requested
+    )
+
+    found = {f.rule: f for f in diagnose(load_trace(path))}
+    finding = found.get("single-allocation-too-large")
+
+    if fires:
+        assert finding is not None and finding.confidence >= 0.5
+        assert any("room left under the cap" in e.text for e in finding.evidence)
+    else:
+        assert finding is None or not any(
+            "room left under the cap" in e.text for e in finding.evidence
+        )

@@ -12,7 +12,15 @@ from memdoc.rules.facts import (
     framework_at,
     frameworks,
 )
-from memdoc.rules.host import Held, Limit, data_held, host_limits, on_host, resident_at_failure
+from memdoc.rules.host import (
+    Held,
+    Limit,
+    address_space_at_failure,
+    data_held,
+    host_limits,
+    on_host,
+    resident_at_failure,
+)
 from memdoc.rules.spec import (
     LIKELY,
     POSSIBLE,
@@ -27,7 +35,7 @@ from memdoc.rules.spec import (
 )
 from memdoc.trace.model import Metric, OomInfo
 from memdoc.trace.reader import Trace
-from memdoc.units import format_bytes
+from memdoc.units import format_bytes, format_percent
 
 # A request this many times the device is not a batch that is a little too big.
 ABSURD_RATIO = 10.0
@@ -163,7 +171,9 @@ volume processed at once, or a convolution asking for a huge workspace.
         if not limits:
             return None
         tightest = limits[0]
-        found = self._beyond(trace, tightest, requested, involved)
+        found = self._beyond(trace, tightest, requested, involved) or self._beyond_room(
+            trace, fail, limits, requested, involved
+        )
         resident = resident_at_failure(trace, fail)
         if found is None and resident is not None:
             held = Held("resident memory of the process", resident)
@@ -190,6 +200,38 @@ volume processed at once, or a convolution asking for a huge workspace.
         ]
         confidence = STRONG + (0.1 if absurd else 0.0)
         return self.finding(trace, confidence, summary, evidence, frameworks=involved)
+
+    def _beyond_room(
+        self,
+        trace: Trace,
+        fail: Failure,
+        limits: list[Limit],
+        requested: float,
+        involved: list[str],
+    ) -> Finding | None:
+        """Under an address-space cap: one request of a sizeable share of the cap, larger
+        than the room the process had left (the cap minus its address space in use). A
+        small request failing in a nearly full space is an accumulation, not this."""
+        cap = next((lim for lim in limits if lim.label.startswith("address-space cap")), None)
+        in_use = address_space_at_failure(trace, fail)
+        if cap is None or in_use is None:
+            return None
+        room = max(cap.limit_bytes - in_use, 0.0)
+        if requested <= room or requested < SIZEABLE_SHARE * cap.limit_bytes:
+            return None
+        evidence = [
+            bytes_evidence("requested in one allocation", requested),
+            bytes_evidence(cap.label, cap.limit_bytes),
+            bytes_evidence("address space already in use", in_use),
+            bytes_evidence("room left under the cap", room),
+            share_evidence(f"request / {cap.label}", requested / cap.limit_bytes),
+        ]
+        summary = (
+            f"One allocation of {format_bytes(requested)}, "
+            f"{format_percent(requested / cap.limit_bytes)} of the {format_bytes(cap.limit_bytes)} "
+            f"{cap.label}, did not fit in the {format_bytes(room)} left under it."
+        )
+        return self.finding(trace, LIKELY - 0.05, summary, evidence, frameworks=involved)
 
     def _beside_kept(
         self,
