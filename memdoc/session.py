@@ -260,9 +260,32 @@ def memory_error_event(exc: BaseException, *, pid: int) -> Event | None:
         return None
     frames = traceback.extract_tb(exc.__traceback__)
     stack = [f"{f.filename}:{f.lineno}:{f.name}" for f in frames][-MAX_STACK_FRAMES:]
-    return Event(
-        t=time.time(), kind=EventKind.OOM, pid=pid, data={"oom": oom.to_dict(), "stack": stack}
-    )
+    data: dict[str, Any] = {"oom": oom.to_dict(), "stack": stack}
+    host = host_memory_now()
+    if host:
+        data["host"] = host
+    return Event(t=time.time(), kind=EventKind.OOM, pid=pid, data=data)
+
+
+def host_memory_now() -> dict[str, int]:
+    """This process's memory at this instant, read in-process (no sampler may have run since
+    the program set its own cap): resident bytes, address space in use, and the
+    address-space cap (RLIMIT_AS) when one is set."""
+    out: dict[str, int] = {}
+    try:
+        import resource
+
+        with open("/proc/self/statm") as statm:
+            pages = statm.read().split()
+        page = resource.getpagesize()
+        out["address_space_bytes"] = int(pages[0]) * page
+        out["rss_bytes"] = int(pages[1]) * page
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY:
+            out["rlimit_as_bytes"] = int(soft)
+    except (OSError, ValueError, IndexError, ImportError):
+        pass
+    return out
 
 
 def _stamped(status: CollectorStatus, pid: int) -> CollectorStatus:

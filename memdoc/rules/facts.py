@@ -29,6 +29,9 @@ class Failure:
     context: str = ""  # the exception message or log text around the error
     stats: Mapping[str, Any] = field(default_factory=dict)
     live_array_bytes: int | None = None  # what the framework's live arrays held at the error
+    # The failing process's own memory at the error, read in-process: `rss_bytes`,
+    # `address_space_bytes`, `rlimit_as_bytes` (when a cap is set).
+    host: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def functions(self) -> list[str]:
@@ -117,7 +120,19 @@ def failure(trace: Trace) -> Failure | None:
         context=str(exception.data.get("message", "")) if exception else "",
         stats=event.data.get("stats") or {},
         live_array_bytes=_live_array_bytes(event),
+        host=_host_numbers(event),
     )
+
+
+def _host_numbers(event: Event) -> dict[str, int]:
+    host = event.data.get("host")
+    if not isinstance(host, Mapping):
+        return {}
+    return {
+        str(k): int(v)
+        for k, v in host.items()
+        if isinstance(v, int | float) and not isinstance(v, bool) and v > 0
+    }
 
 
 def _live_array_bytes(event: Event) -> int | None:

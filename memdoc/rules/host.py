@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from memdoc.rules.facts import GPU_FRAMEWORKS, Failure, framework_at, framework_name
@@ -48,15 +49,18 @@ def on_host(trace: Trace, oom: OomInfo) -> bool:
     return not gpu_recorded(trace) and (oom.device is None or oom.device < 0)
 
 
-def host_limits(trace: Trace, pid: int | None) -> list[Limit]:
+def host_limits(
+    trace: Trace, pid: int | None, at_error: Mapping[str, int] | None = None
+) -> list[Limit]:
     """The limits on the host memory of process `pid`, tightest first.
 
     An address-space cap (RLIMIT_AS) counts mappings, not resident pages, so a process can
     reach it with less resident memory than the cap.
     """
+    at_error = at_error or {}
     found: list[Limit] = []
     if pid is not None:
-        rlimit = _last(trace, Metric.HOST_RLIMIT_AS, pid)
+        rlimit = at_error.get("rlimit_as_bytes") or _last(trace, Metric.HOST_RLIMIT_AS, pid)
         if rlimit:
             found.append(Limit(f"address-space cap (RLIMIT_AS) of process {pid}", rlimit))
     cgroup = _last(trace, Metric.CGROUP_LIMIT, None)
@@ -71,6 +75,8 @@ def host_limits(trace: Trace, pid: int | None) -> list[Limit]:
 def address_space_at_failure(trace: Trace, fail: Failure) -> float | None:
     """The failing process's address space in use just before the error: what an
     RLIMIT_AS cap counts (recorded only for processes with a cap)."""
+    if fail.host.get("address_space_bytes"):
+        return fail.host["address_space_bytes"]  # read in-process at the error itself
     if fail.pid is None:
         return None
     series = trace.series(Metric.HOST_VMS, None, fail.pid)

@@ -307,6 +307,9 @@ def test_a_child_that_exhausts_host_memory_under_rlimit_as_is_recorded_near_its_
     trace = load_trace(tmp_path / "t.memdoc")
     oom = trace.ending_oom()
     assert oom is not None and oom.framework == "host"
+    (event,) = trace.oom_events()
+    assert event.data["host"]["rlimit_as_bytes"] == 700 * MiB
+    assert event.data["host"]["address_space_bytes"] >= 500 * MiB
     rss = trace.series(Metric.HOST_RSS)
     assert rss is not None and max(rss.values) >= 300 * MiB
 

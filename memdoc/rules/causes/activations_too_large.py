@@ -169,7 +169,7 @@ job fails in the first steps, or on the first unusually long or large input.
         first = not any(step.t <= fail.t for step in trace.steps())
         requested = fail.oom.requested_bytes
         resident = resident_at_failure(trace, fail)
-        limits = host_limits(trace, fail.pid)
+        limits = host_limits(trace, fail.pid, fail.host)
         evidence: list[Evidence] = [
             Evidence(f"failed in the {phase} pass: {innermost_frames(fail)}")
         ]

@@ -287,7 +287,7 @@ def _failed_allocation(trace: Trace, fail: Failure, signs: _Signs) -> tuple[floa
     if gpu_recorded(trace):
         summary = "A host memory (RAM) allocation failed in a GPU job: RAM, not the GPU, ran out."
         return LIKELY, summary, None
-    limits = host_limits(trace, fail.pid)
+    limits = host_limits(trace, fail.pid, fail.host)
     under = f" under the {format_bytes(limits[0].limit_bytes)} {limits[0].label}" if limits else ""
     summary = (
         f"An allocation in host memory failed{under}. The run used no GPU, so every memory "
@@ -320,7 +320,7 @@ def _error_evidence(trace: Trace, fail: Failure, pressure: _Pressure | None) -> 
         if worker is not None and process.pid != fail.pid:
             label = f"peak resident memory of process {process.pid}, which died"
             evidence.append(bytes_evidence(label, worker[1]))
-    limits = host_limits(trace, fail.pid)
+    limits = host_limits(trace, fail.pid, fail.host)
     resident = resident_at_failure(trace, fail)
     if limits and limits[0].label.startswith("address-space") and resident:
         evidence.append(bytes_evidence(limits[0].label, limits[0].limit_bytes))

@@ -201,7 +201,7 @@ def _fill_evidence(trace: Trace, fail: Failure) -> tuple[list[Evidence], bool, f
     """What was already held where the parameters go, and whether that filled it."""
     oom = fail.oom
     if not trace.is_text_only and on_host(trace, oom):
-        limits = host_limits(trace, fail.pid)
+        limits = host_limits(trace, fail.pid, fail.host)
         resident = resident_at_failure(trace, fail)
         if not limits or resident is None:
             return [], False, None

@@ -167,7 +167,7 @@ volume processed at once, or a convolution asking for a huge workspace.
                 )
             if found is not None or trace.is_text_only:
                 return found
-        limits = [] if trace.is_text_only else host_limits(trace, fail.pid)
+        limits = [] if trace.is_text_only else host_limits(trace, fail.pid, fail.host)
         if not limits:
             return None
         tightest = limits[0]
