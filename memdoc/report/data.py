@@ -13,7 +13,6 @@ from memdoc.report.overview import (
     Overview,
     build_overview,
     ending_of,
-    ending_oom_event,
     peak_held_bytes,
 )
 from memdoc.report.timeline import Line, StepTable, Timeline, build_timeline, step_tables
@@ -109,7 +108,7 @@ def _title(trace: Trace) -> str:
 
 
 def oom_view(trace: Trace) -> OomView | None:
-    event = ending_oom_event(trace)
+    event = trace.ending_oom_event()
     info = oom_of(event) if event is not None else None
     if event is None or info is None:
         return None

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from memdoc.report.ledger import held_series, oom_device
 from memdoc.report.timeline import end_words
-from memdoc.trace import Event, EventKind, Metric, OomInfo, Trace
+from memdoc.trace import EventKind, Metric, OomInfo, Trace
 from memdoc.trace.model import FRAMEWORK_PREFIXES
 from memdoc.trace.reader import oom_of
 from memdoc.units import format_duration
@@ -58,18 +58,9 @@ class Overview:
     trace_path: str | None
 
 
-def ending_oom_event(trace: Trace) -> Event | None:
-    """The OOM event that ended the run, else the first recorded (as `Trace.ending_oom`)."""
-    events = [e for e in trace.oom_events() if oom_of(e) is not None]
-    if not events:
-        return None
-    failed = trace.exit is not None and trace.exit.status not in (0, None)
-    return events[-1] if failed else events[0]
-
-
 def ending_of(trace: Trace) -> Ending:
     """The run's end in words: an OOM or a kill first, then the exit status."""
-    event = ending_oom_event(trace)
+    event = trace.ending_oom_event()
     oom = oom_of(event) if event is not None else None
     end = trace.exit
     caught = (

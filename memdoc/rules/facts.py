@@ -8,7 +8,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from memdoc.trace.model import FRAMEWORK_PREFIXES, Event, EventKind, Metric, OomInfo
+from memdoc.trace.model import (
+    FRAMEWORK_NAMES,
+    FRAMEWORK_PREFIXES,
+    Event,
+    EventKind,
+    Metric,
+    OomInfo,
+)
 from memdoc.trace.model import framework_metric as fw_metric
 from memdoc.trace.reader import Series, StepStat, Trace, oom_of
 
@@ -98,12 +105,9 @@ def frame_parts(frame: str) -> tuple[str, int | None, str]:
 
 def failure(trace: Trace) -> Failure | None:
     """The OOM that ended the run (else the first recorded), with its stack and context."""
-    events = trace.oom_events()
-    if not events:
+    event = trace.ending_oom_event()
+    if event is None:
         return None
-    event = events[0]
-    if trace.exit is not None and trace.exit.status not in (0, None):
-        event = events[-1]
     oom = oom_of(event)
     if oom is None:
         return None
@@ -315,9 +319,7 @@ def _key(series: Series) -> tuple[str, int | None, int | None]:
 
 
 def framework_name(framework: str) -> str:
-    return {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "jax": "JAX"}.get(
-        framework, framework
-    )
+    return FRAMEWORK_NAMES.get(framework, framework)
 
 
 def device_name(device: int | None) -> str:

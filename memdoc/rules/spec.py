@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.trace.model import FRAMEWORK_NAMES as PEOPLE_NAMES
 from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes, format_duration, format_percent
 
@@ -21,7 +22,7 @@ CORROBORATION = 0.1
 # What an error text alone may claim for a cause that needs a recording over time.
 TEXT_ONLY_CAP = 0.35
 
-FRAMEWORK_NAMES = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "jax": "JAX", "any": "Any"}
+FRAMEWORK_NAMES = {**PEOPLE_NAMES, "any": "Any"}
 
 
 def snippet(text: str) -> str:

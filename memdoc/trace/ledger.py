@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from memdoc.trace.model import FRAMEWORK_PREFIXES, Metric, OomInfo, framework_metric
+from memdoc.trace.model import (
+    FRAMEWORK_NAMES,
+    FRAMEWORK_PREFIXES,
+    Metric,
+    OomInfo,
+    framework_metric,
+)
 from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes
 
@@ -24,7 +30,6 @@ UNKNOWN_LABELS = {
     OTHER_PROCESSES: "other processes",
     FREE: "free",
 }
-FRAMEWORK_NAMES = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "jax": "JAX"}
 # Frameworks that take most of the device up front unless told otherwise (DESIGN §2).
 _PREALLOCATION_NOTES = {
     "tensorflow": "TensorFlow maps nearly all device memory at start unless memory growth is "

@@ -85,6 +85,8 @@ class Metric:
 
 # Framework name as used in events and the JSON contract -> series prefix.
 FRAMEWORK_PREFIXES: dict[str, str] = {"pytorch": "torch", "tensorflow": "tf", "jax": "jax"}
+# Framework name -> how people write it.
+FRAMEWORK_NAMES: dict[str, str] = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "jax": "JAX"}
 
 
 def framework_metric(framework: str, quantity: str) -> str:

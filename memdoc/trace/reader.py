@@ -305,15 +305,19 @@ class Trace:
     def ooms(self) -> list[OomInfo]:
         return [oom for e in self.oom_events() if (oom := oom_of(e)) is not None]
 
-    def ending_oom(self) -> OomInfo | None:
-        """The OOM that ended the run, else the first one recorded, else None."""
-        events = self.oom_events()
+    def ending_oom_event(self) -> Event | None:
+        """The OOM event that ended the run (the last, when the run failed), else the first
+        recorded, else None. Events whose OOM data cannot be read are passed over."""
+        events = [e for e in self.oom_events() if oom_of(e) is not None]
         if not events:
             return None
-        chosen = events[0]
-        if self.exit is not None and self.exit.status not in (0, None):
-            chosen = events[-1]
-        return oom_of(chosen)
+        failed = self.exit is not None and self.exit.status not in (0, None)
+        return events[-1] if failed else events[0]
+
+    def ending_oom(self) -> OomInfo | None:
+        """The OOM that ended the run, else the first one recorded, else None."""
+        event = self.ending_oom_event()
+        return oom_of(event) if event is not None else None
 
 
 def _peak_name(metric: str) -> str:
