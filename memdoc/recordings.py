@@ -15,6 +15,9 @@ from pathlib import Path
 
 import psutil
 
+from memdoc.errors import MemdocError
+from memdoc.files import write_atomically
+
 ENV_RUNTIME_DIR = "XDG_RUNTIME_DIR"
 # A process created after the recording started is another process that got its pid.
 _PID_REUSE_SLACK_S = 1.0
@@ -71,9 +74,9 @@ def register(
                 continue
             with _claim_lock:
                 entry = _free_name(folder, recording.pid)
-                _write_atomically(entry, _encode(recording))
+                write_atomically(entry, _encode(recording))
             return entry
-        except (OSError, ValueError):
+        except (OSError, ValueError, MemdocError):
             continue
     return None
 
@@ -136,18 +139,6 @@ def _free_name(folder: Path, pid: int) -> Path:
         entry = folder / f"{pid}-{n}{_SUFFIX}"
         n += 1
     return entry
-
-
-def _write_atomically(entry: Path, text: str) -> None:
-    # Readers never see half an entry: the file appears whole under its name.
-    partial = entry.with_name(f".{entry.name}.{os.getpid()}.partial")
-    try:
-        with open(partial, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(partial, entry)
-    finally:
-        with contextlib.suppress(OSError):
-            partial.unlink()
 
 
 def _encode(recording: Recording) -> str:

@@ -35,20 +35,6 @@ def check_output_path(path: str | os.PathLike[str], *, force: bool) -> Path:
     return out
 
 
-def write_atomically(path: Path, data: str | bytes) -> None:
-    """Write to a temporary file beside `path`, then rename: never a partial output."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        if isinstance(data, str):
-            tmp.write_text(data, encoding="utf-8")
-        else:
-            tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise MemdocError(f"cannot write {path}: {exc.strerror or exc}") from None
-
-
 def warn(message: str) -> None:
     print(f"memdoc: warning: {message}", file=sys.stderr)
 

@@ -12,7 +12,8 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-from memdoc.errors import MemdocError, OutputExistsError
+from memdoc.errors import OutputExistsError
+from memdoc.files import write_atomically
 from memdoc.report import sections
 from memdoc.report.data import ReportData
 from memdoc.report.figures import Figure, ledger_figure, ranks_figure, steps_figure
@@ -116,16 +117,5 @@ def write_report(
     run = load_inputs(paths)
     data = ReportData.from_run(run, diagnose_run(run), title=Path(paths[0]).name)
     page = render_data(data)
-    _write_atomically(out, page)
+    write_atomically(out, page)
     return out
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    # The CLI's writer lives above this layer; the same temp-then-rename rule applies here.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise MemdocError(f"cannot write {path}: {exc.strerror or exc}") from None
