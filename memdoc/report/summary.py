@@ -15,9 +15,9 @@ from memdoc.errors import MemdocError
 from memdoc.report.data import OomView, oom_view
 from memdoc.report.overview import Overview, build_overview
 from memdoc.rules.base import Finding
+from memdoc.rules.confidence import confidence_word
 from memdoc.rules.engine import diagnose_run
 from memdoc.rules.host import on_host
-from memdoc.rules.spec import confidence_word
 from memdoc.trace import Trace, load_run
 from memdoc.units import format_bytes, format_percent
 

@@ -16,8 +16,8 @@ from memdoc.report.data import RankRow, ReportData
 from memdoc.report.overview import Overview
 from memdoc.report.timeline import StepTable
 from memdoc.rules.base import Finding, Fix
+from memdoc.rules.confidence import confidence_word
 from memdoc.rules.facts import framework_name
-from memdoc.rules.spec import confidence_word
 from memdoc.trace.ledger import Ledger
 from memdoc.units import format_bytes, format_duration, format_percent
 

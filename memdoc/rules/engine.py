@@ -9,6 +9,7 @@ from typing import Any
 
 from memdoc.oom import parse_text
 from memdoc.rules.base import Finding, Rule, RunRule
+from memdoc.rules.confidence import TEXT_ONLY_CAP, capped
 from memdoc.rules.ranks import rank_of
 from memdoc.rules.registry import all_rules, all_run_rules
 from memdoc.rules.spec import count_evidence
@@ -19,6 +20,7 @@ from memdoc.trace.reader import Run, Trace
 
 __all__ = [
     "Explanation",
+    "check_rule",
     "diagnose",
     "diagnose_run",
     "explain_in_words",
@@ -37,7 +39,7 @@ def diagnose(trace: Trace, rules: Sequence[Rule] | None = None) -> list[Finding]
     findings: list[Finding] = []
     for rule in all_rules() if rules is None else rules:
         try:
-            finding = rule.check(trace)
+            finding = check_rule(rule, trace)
         except Exception as exc:
             trace.warnings.append(
                 f"rule {rule.slug} failed on this trace ({type(exc).__name__}: {exc}); "
@@ -47,6 +49,18 @@ def diagnose(trace: Trace, rules: Sequence[Rule] | None = None) -> list[Finding]
         if finding is not None:
             findings.append(finding)
     return sort_findings(findings)
+
+
+def check_rule(rule: Rule, trace: Trace) -> Finding | None:
+    """One rule's finding, claiming no more than an error text alone can show.
+
+    A cause that is a behaviour over time (the rule `needs_recording`) cannot be seen in
+    one error text: from a text-only trace it is at most TEXT_ONLY_CAP.
+    """
+    finding = rule.check(trace)
+    if finding is None or not trace.is_text_only or not getattr(rule, "needs_recording", False):
+        return finding
+    return dataclasses.replace(finding, confidence=capped(finding.confidence, TEXT_ONLY_CAP))
 
 
 def diagnose_run(run: Run, run_rules: Sequence[RunRule] | None = None) -> list[Finding]:

@@ -5,12 +5,11 @@ from __future__ import annotations
 import dataclasses
 
 from memdoc.rules.base import Finding, Fix
+from memdoc.rules.confidence import LIKELY, Signals
 from memdoc.rules.facts import GPU_FRAMEWORKS, series_named
 from memdoc.rules.spec import (
-    LIKELY,
     RuleSpec,
     bytes_evidence,
-    corroborated,
     count_evidence,
     ratio_evidence,
     seconds_evidence,
@@ -108,8 +107,10 @@ log rarely come from the rank that caused it.
             if ahead is not None
             else "; no other rank failed."
         )
-        confidence = corroborated(LIKELY - 0.1, bool(others), first.ending_oom() is not None)
-        return [self.ranked(self.finding(first, confidence, summary, evidence), rank)]
+        signals = Signals.of(
+            LIKELY, others_failed_later=bool(others), ended_in_oom=first.ending_oom() is not None
+        )
+        return [self.ranked(self.finding(first, signals, summary, evidence), rank)]
 
 
 class RankMemorySkew(_CrossRankRule):
@@ -185,7 +186,7 @@ heaviest rank sets the limit for the whole job.
         )
         trace = next(t for t in run.traces if rank_of(run, t) == top_rank)
         finding = self.finding(
-            trace, corroborated(LIKELY - 0.1, top_failed, top_failed), summary, evidence
+            trace, Signals.of(LIKELY, top_rank_failed_first=top_failed), summary, evidence
         )
         return [self.ranked(finding, top_rank)]
 

@@ -7,20 +7,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.confidence import Signals
 from memdoc.trace.model import FRAMEWORK_NAMES as PEOPLE_NAMES
 from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes, format_duration, format_percent
-
-# Confidence levels. A finding starts from the level its strongest signal earns; each
-# independent corroborating signal adds at most CORROBORATION, so that two weak signals
-# never add up to a strong one.
-STRONG = 0.8
-LIKELY = 0.6
-POSSIBLE = 0.35
-WEAK = 0.2
-CORROBORATION = 0.1
-# What an error text alone may claim for a cause that needs a recording over time.
-TEXT_ONLY_CAP = 0.35
 
 FRAMEWORK_NAMES = {**PEOPLE_NAMES, "any": "Any"}
 
@@ -28,22 +18,6 @@ FRAMEWORK_NAMES = {**PEOPLE_NAMES, "any": "Any"}
 def snippet(text: str) -> str:
     """A fix's code written as an indented triple-quoted block, dedented and trimmed."""
     return textwrap.dedent(text).strip("\n")
-
-
-def confidence_word(confidence: float) -> str:
-    """How sure, in a word: strong, likely, possible or weak."""
-    if confidence >= 0.7:
-        return "strong"
-    if confidence >= 0.45:
-        return "likely"
-    if confidence >= 0.25:
-        return "possible"
-    return "weak"
-
-
-def corroborated(base: float, *signals: bool, cap: float = 0.95) -> float:
-    """`base` plus a small step for each independent signal that agrees, capped."""
-    return min(cap, base + CORROBORATION * sum(1 for s in signals if s))
 
 
 class RuleSpec:
@@ -61,6 +35,9 @@ class RuleSpec:
     confirm: str = ""
     fixes: tuple[Fix, ...] = ()
     references: tuple[tuple[str, str], ...] = ()  # (title, url)
+    # True when the cause is a behaviour over time (growth across steps, a phase, a first
+    # step): from an error text alone the engine lets it claim no more than TEXT_ONLY_CAP.
+    needs_recording: bool = False
 
     def __init__(self) -> None:
         self.doc: str = render_doc(self)
@@ -71,7 +48,7 @@ class RuleSpec:
     def finding(
         self,
         trace: Trace,
-        confidence: float,
+        signals: Signals,
         summary: str,
         evidence: Iterable[Evidence],
         *,
@@ -82,13 +59,14 @@ class RuleSpec:
     ) -> Finding:
         """A finding of this rule, with the fixes for the frameworks involved.
 
+        Its confidence follows from `signals` alone (see `memdoc.rules.confidence`).
         `fixes` narrows the rule's fixes to those the evidence calls for.
         """
         return Finding(
             rule=self.slug,
             code=self.code,
             title=self.title,
-            confidence=round(max(0.0, min(1.0, confidence)), 2),
+            confidence=signals.confidence,
             summary=summary,
             evidence=tuple(evidence),
             fixes=fixes_for(self.fixes if fixes is None else fixes, frameworks),

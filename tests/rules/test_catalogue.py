@@ -9,7 +9,7 @@ import pytest
 
 from memdoc.rules.base import Fix, Rule, RunRule
 from memdoc.rules.registry import RULES, RUN_RULES, all_rules, closest_slug, get_rule
-from memdoc.rules.spec import corroborated, fixes_for
+from memdoc.rules.spec import fixes_for
 
 # Codes are part of the interface (people grep and silence them): they never move.
 STABLE_CODES = {
@@ -82,8 +82,3 @@ def test_fixes_shown_are_those_of_the_frameworks_involved() -> None:
 
     assert [f.title for f in fixes_for(fixes, ["pytorch"])] == ["a", "c"]
     assert [f.title for f in fixes_for(fixes, [])] == ["a", "b", "c"]
-
-
-def test_two_weak_signals_do_not_make_a_strong_one() -> None:
-    assert corroborated(0.2, True, True) < 0.45
-    assert corroborated(0.6, True, True, True, cap=0.9) == 0.9

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from memdoc.rules.confidence import confidence_word
+from memdoc.rules.engine import check_rule
 from memdoc.rules.registry import RULES, RUN_RULES
-from memdoc.rules.spec import confidence_word
 from tests.rules.fixture_cases import RULE_FIXTURES, Case, all_cases, rule_folders
 from tests.rules.scenarios import SCENARIOS, build_all
 
@@ -38,7 +39,7 @@ def test_every_fixture_file_is_listed_in_its_cases() -> None:
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.slug in RULES], ids=lambda c: c.id)
 def test_rule_fires_on_its_hits_and_stays_quiet_on_near_misses(case: Case) -> None:
-    finding = RULES[case.slug].check(case.trace())
+    finding = check_rule(RULES[case.slug], case.trace())
 
     if case.expect == "none":
         assert finding is None, finding and finding.summary

@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 
 from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.confidence import LIKELY, POSSIBLE, WEAK, Signals
 from memdoc.rules.facts import (
     Curve,
     Failure,
@@ -21,12 +22,8 @@ from memdoc.rules.facts import (
 from memdoc.rules.host import host_limits, on_host, resident_at_failure
 from memdoc.rules.ledger import cached_unused_bytes, held_bytes, significant
 from memdoc.rules.spec import (
-    LIKELY,
-    POSSIBLE,
-    WEAK,
     RuleSpec,
     bytes_evidence,
-    corroborated,
     ratio_evidence,
     share_evidence,
     snippet,
@@ -189,7 +186,7 @@ job fails in the first steps, or on the first unusually long or large input.
         summary += ": what the step keeps for backward does not fit."
         return self.finding(
             trace,
-            corroborated(POSSIBLE + 0.1, first, sizeable),
+            Signals.of(LIKELY, first_step=first, sizeable_request=sizeable),
             summary,
             evidence,
             to_confirm="halve the batch: the failing request (and the peak) should halve too",
@@ -229,25 +226,25 @@ job fails in the first steps, or on the first unusually long or large input.
         if total:
             evidence.append(share_evidence("peak / capacity", peak / total))
         if fail is None:
-            confidence = POSSIBLE - 0.05
+            signals = Signals(POSSIBLE)
             summary = f"Each step peaks at {format_bytes(peak)}, close to the limit."
         else:
-            confidence = corroborated(LIKELY - 0.05, large, near_full, flat, cap=0.85)
+            signals = Signals.of(LIKELY, large_rise=large, near_full=near_full, flat_baseline=flat)
             if not flat:
-                confidence = min(confidence, POSSIBLE)
+                signals = signals.at_most(POSSIBLE)
             summary = (
                 f"Inside a step the {curve.label} rose by {format_bytes(rise)} over the "
                 f"{format_bytes(baseline)} that stays between steps, and the job failed in a step."
             )
             if total and not curve.on_host and peak < SHARED_BELOW * total:
-                confidence = min(confidence, WEAK)
+                signals = signals.at_most(WEAK)
                 summary += (
                     f" But it held only {format_bytes(peak)} of the {format_bytes(total)} device:"
                     " look at what else holds the memory first."
                 )
         return self.finding(
             trace,
-            confidence,
+            signals,
             summary,
             evidence,
             frameworks=frameworks(trace, fail.oom if fail else None),
@@ -279,19 +276,23 @@ job fails in the first steps, or on the first unusually long or large input.
                 f"The job itself held only {format_bytes(held)} of the {format_bytes(total)} "
                 "device: look at what else holds the memory first."
             )
-            confidence = WEAK
+            signals = Signals(WEAK)
         elif cached is not None and cached >= requested and significant(cached, total):
             summary = "The request would have fit in the pool's unused cache: see fragmentation."
-            confidence = WEAK
+            signals = Signals(WEAK)
         else:
             summary = (
                 f"The job held most of the {format_bytes(total)} device and needed "
                 f"{format_bytes(requested)} more inside a step."
             )
-            confidence = corroborated(POSSIBLE, requested >= 0.1 * total, oom.shape is not None)
+            signals = Signals.of(
+                POSSIBLE,
+                request_a_tenth=requested >= 0.1 * total,
+                shape_known=oom.shape is not None,
+            )
         return self.finding(
             trace,
-            confidence,
+            signals,
             summary,
             evidence,
             to_confirm=TO_CONFIRM,
@@ -300,19 +301,19 @@ job fails in the first steps, or on the first unusually long or large input.
 
     def _without_sizes(self, trace: Trace, oom: OomInfo) -> Finding:
         if oom.shape is not None:
-            confidence = POSSIBLE + 0.1
+            signals = Signals(LIKELY)
             summary = (
                 f"A tensor of shape {list(oom.shape)} did not fit: the per-step working set "
                 "is too large."
             )
         else:
-            confidence = WEAK + (0.05 if oom.kind == "allocator" else 0.0)
+            signals = Signals(WEAK)
             summary = (
                 "The job ran out of memory; the usual reason is a step that needs more than fits."
             )
         return self.finding(
             trace,
-            confidence,
+            signals,
             summary,
             _shape_evidence(oom),
             to_confirm=TO_CONFIRM,

@@ -5,13 +5,11 @@ from __future__ import annotations
 import re
 
 from memdoc.rules.base import Finding, Fix
+from memdoc.rules.confidence import LIKELY, POSSIBLE, Signals
 from memdoc.rules.facts import Failure, failed_device, failure, frameworks, series_named
 from memdoc.rules.spec import (
-    LIKELY,
-    POSSIBLE,
     RuleSpec,
     bytes_evidence,
-    corroborated,
     ratio_evidence,
     snippet,
 )
@@ -127,7 +125,7 @@ model trains fine once loaded.
         summary = "The error happened while a checkpoint was being loaded."
         return self.finding(
             trace,
-            LIKELY - 0.1,
+            Signals(LIKELY),
             summary,
             [],
             to_confirm='check `map_location` in torch.load; load to "cpu" and compare',
@@ -140,7 +138,7 @@ model trains fine once loaded.
             return None
         return self.finding(
             trace,
-            POSSIBLE - 0.1,
+            Signals(POSSIBLE),
             "The error came while loading; loading a checkpoint onto the GPU is one cause.",
             [],
             to_confirm="check `map_location` in torch.load",
@@ -183,7 +181,7 @@ model trains fine once loaded.
             if settled:
                 evidence.append(bytes_evidence("after loading", settled))
                 evidence.append(ratio_evidence("peak / after", ratio or 0.0))
-            confidence = corroborated(LIKELY - 0.05, failed_here, (ratio or 0) >= 1.8)
+            signals = Signals.of(LIKELY, failed_there=failed_here, doubled=(ratio or 0) >= 1.8)
             summary = (
                 f"Memory peaked at {format_bytes(peak)} while loading ('{mark.data.get('label')}')"
                 + (
@@ -192,7 +190,7 @@ model trains fine once loaded.
                     else f", {ratio:.1f}x what remained after."
                 )
             )
-            return self.finding(trace, confidence, summary, evidence, frameworks=frameworks(trace))
+            return self.finding(trace, signals, summary, evidence, frameworks=frameworks(trace))
         return None
 
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from memdoc.rules.base import Finding, Fix
+from memdoc.rules.confidence import LIKELY, POSSIBLE, Signals
 from memdoc.rules.facts import device_name, failed_device, failure, frameworks
 from memdoc.rules.spec import (
-    LIKELY,
-    POSSIBLE,
     RuleSpec,
     bytes_evidence,
-    corroborated,
     count_evidence,
     snippet,
 )
@@ -114,15 +112,17 @@ processes that touch CUDA add one context each.
             small = [b for b in footprints if CONTEXT_MIN_BYTES <= b <= CONTEXT_MAX_BYTES]
             if len(footprints) < 2 or not small:
                 continue
-            confidence = corroborated(
-                LIKELY, len(small) >= 3, oom is not None and failed == device.index
+            signals = Signals.of(
+                LIKELY,
+                three_or_more=len(small) >= 3,
+                failed_there=oom is not None and failed == device.index,
             )
             return self._report(
                 trace,
                 device=device.index,
                 processes=len(footprints),
                 small=small,
-                confidence=confidence,
+                signals=signals,
                 oom=oom,
             )
         return None
@@ -137,13 +137,12 @@ processes that touch CUDA add one context each.
         ]
         if len(small) < 2:
             return None
-        confidence = corroborated(LIKELY - 0.1, len(small) >= 3)
         return self._report(
             trace,
             device=oom.device,
             processes=len(oom.processes),
             small=small,
-            confidence=confidence,
+            signals=Signals.of(LIKELY, three_or_more=len(small) >= 3),
             oom=oom,
         )
 
@@ -154,7 +153,7 @@ processes that touch CUDA add one context each.
         device: int | None,
         processes: int,
         small: Sequence[float],
-        confidence: float,
+        signals: Signals,
         oom: OomInfo | None,
     ) -> Finding:
         where = device_name(device)
@@ -168,8 +167,8 @@ processes that touch CUDA add one context each.
             bytes_evidence("held by the context-sized ones together", sum(small)),
         ]
         if sum(small) < 1 * GiB:
-            confidence = min(confidence, POSSIBLE)
-        return self.finding(trace, confidence, summary, evidence, frameworks=frameworks(trace, oom))
+            signals = signals.at_most(POSSIBLE)
+        return self.finding(trace, signals, summary, evidence, frameworks=frameworks(trace, oom))
 
 
 RULE = CudaContextOverhead()

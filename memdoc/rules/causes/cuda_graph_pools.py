@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals
 from memdoc.rules.facts import (
     Failure,
     device_total,
@@ -13,11 +14,8 @@ from memdoc.rules.facts import (
     series_named,
 )
 from memdoc.rules.spec import (
-    LIKELY,
-    POSSIBLE,
     RuleSpec,
     bytes_evidence,
-    corroborated,
     share_evidence,
     snippet,
 )
@@ -112,7 +110,7 @@ the total can be gigabytes.
             )
             return self.finding(
                 trace,
-                corroborated(LIKELY, large_share),
+                Signals(STRONG if large_share else LIKELY),
                 summary,
                 evidence,
                 frameworks=frameworks(trace, oom),
@@ -121,7 +119,7 @@ the total can be gigabytes.
             summary = "The error happened while capturing a CUDA graph."
             return self.finding(
                 trace,
-                POSSIBLE,
+                Signals(POSSIBLE),
                 summary,
                 [],
                 to_confirm="count the graphs captured (one per batch size or shape)",

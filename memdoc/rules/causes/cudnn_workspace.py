@@ -5,11 +5,9 @@ from __future__ import annotations
 import re
 
 from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals
 from memdoc.rules.facts import WORKSPACE_LIMIT, Failure, failure, frameworks
 from memdoc.rules.spec import (
-    LIKELY,
-    POSSIBLE,
-    STRONG,
     RuleSpec,
     bytes_evidence,
     ratio_evidence,
@@ -110,13 +108,13 @@ already full, cuDNN cannot even create its handle ("Failed to get convolution al
             if oom.limit_bytes:
                 evidence.append(bytes_evidence("autotuning limit", oom.limit_bytes))
             summary = "Every convolution algorithm tried needed more scratch memory than allowed."
-            return self.finding(trace, STRONG - 0.05, summary, evidence, frameworks=involved)
+            return self.finding(trace, Signals(STRONG), summary, evidence, frameworks=involved)
         if oom.library == "cudnn":
             preallocating = any(f in ("tensorflow", "jax") for f in involved)
             summary = "cuDNN could not get memory for its handle or its convolution workspace."
             return self.finding(
                 trace,
-                POSSIBLE if preallocating else LIKELY - 0.1,
+                Signals(POSSIBLE if preallocating else LIKELY),
                 summary,
                 [],
                 to_confirm=(
@@ -146,7 +144,7 @@ already full, cuDNN cannot even create its handle ("Failed to get convolution al
             ratio_evidence("request / allocated", requested / allocated),
         ]
         return self.finding(
-            trace, LIKELY - 0.05, summary, evidence, frameworks=frameworks(trace, oom)
+            trace, Signals(LIKELY), summary, evidence, frameworks=frameworks(trace, oom)
         )
 
 

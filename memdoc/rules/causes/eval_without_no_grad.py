@@ -7,6 +7,7 @@ import statistics
 from dataclasses import dataclass
 
 from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.confidence import LIKELY, POSSIBLE, Signals
 from memdoc.rules.facts import (
     Failure,
     failed_device,
@@ -17,11 +18,8 @@ from memdoc.rules.facts import (
     step_curve,
 )
 from memdoc.rules.spec import (
-    LIKELY,
-    POSSIBLE,
     RuleSpec,
     bytes_evidence,
-    corroborated,
     ratio_evidence,
     snippet,
 )
@@ -97,6 +95,7 @@ graph alive for as long as they are referenced, for example in a list of predict
             ),
         ),
     )
+    needs_recording = True
     references = (
         ("PyTorch: torch.no_grad", "https://pytorch.org/docs/stable/generated/torch.no_grad.html"),
         (
@@ -147,8 +146,11 @@ graph alive for as long as they are referenced, for example in a list of predict
         failed_in_eval = fail is not None and any(s.t0 <= fail.t <= s.t1 for s in spans)
         # A marked span that the error fell in is two facts (the mark, the time); an
         # unmarked one is the frames alone.
-        confidence = corroborated(
-            LIKELY - 0.05, failed_in_eval, failed_in_eval and not unmarked, eval_rise >= train_rise
+        signals = Signals.of(
+            LIKELY,
+            failed_during_evaluation=failed_in_eval,
+            failed_in_marked_evaluation=failed_in_eval and not unmarked,
+            evaluation_above_training=eval_rise >= train_rise,
         )
         where = (
             "in evaluation code after the last training step" if unmarked else "during evaluation"
@@ -164,7 +166,7 @@ graph alive for as long as they are referenced, for example in a list of predict
         ]
         if frame is not None:
             evidence.insert(0, Evidence(f"failed in evaluation code: {frame}"))
-        return self.finding(trace, confidence, summary, evidence, frameworks=["pytorch"])
+        return self.finding(trace, signals, summary, evidence, frameworks=["pytorch"])
 
     def _from_frames(self, trace: Trace, fail: Failure) -> Finding | None:
         if not _in_eval_frames(fail):
@@ -175,7 +177,7 @@ graph alive for as long as they are referenced, for example in a list of predict
         )
         return self.finding(
             trace,
-            POSSIBLE + 0.1,
+            Signals(POSSIBLE),
             summary,
             [],
             to_confirm=(

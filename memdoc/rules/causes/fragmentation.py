@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.confidence import LIKELY, POSSIBLE, WEAK, Signals
 from memdoc.rules.facts import (
     Failure,
     device_total,
@@ -15,12 +16,8 @@ from memdoc.rules.facts import (
 )
 from memdoc.rules.ledger import cached_unused_bytes, significant
 from memdoc.rules.spec import (
-    LIKELY,
-    POSSIBLE,
-    WEAK,
     RuleSpec,
     bytes_evidence,
-    corroborated,
     count_evidence,
     ratio_evidence,
     snippet,
@@ -128,13 +125,13 @@ can and retries; when that fails too, you get an out-of-memory error while gigab
         free = oom.free_bytes if oom.free_bytes is not None else _device_free(trace, fail, device)
         largest = _largest_free(trace, fail, device)
         if cached >= requested:
-            base = LIKELY
+            level = LIKELY
             summary = (
                 f"The pool held {format_bytes(cached)} it was not using, more than the "
                 f"{format_bytes(requested)} requested, but not in one piece."
             )
         elif free is not None and cached + free >= requested and cached >= requested / 4:
-            base = POSSIBLE + 0.1
+            level = POSSIBLE
             summary = (
                 f"Cached-but-unused {format_bytes(cached)} plus {format_bytes(free)} free on the "
                 f"device would have covered the {format_bytes(requested)} request."
@@ -153,21 +150,20 @@ can and retries; when that fails too, you get an out-of-memory error while gigab
         split = _at(trace, fail, device, Metric.INACTIVE_SPLIT)
         if split is not None:
             evidence.append(bytes_evidence("inactive split blocks", split))
-        confidence = corroborated(
-            base,
-            cached >= 2 * requested,
-            largest is not None and largest < requested,
-            split is not None and split >= requested / 2,
-            cap=0.9,
+        signals = Signals.of(
+            level,
+            cache_twice_the_request=cached >= 2 * requested,
+            no_block_big_enough=largest is not None and largest < requested,
+            split_blocks=split is not None and split >= requested / 2,
         )
         if not significant(cached, device_total(trace, device, oom)):
             # Even in one piece this cache would not have saved a job at the limit.
-            confidence = min(confidence, WEAK + 0.05)
+            signals = signals.at_most(WEAK)
             summary += " It is a sliver of the device, though: the job was at the limit anyway."
         if _expandable_segments_on(trace, fail):
-            confidence = min(confidence, POSSIBLE)
+            signals = signals.at_most(POSSIBLE)
             summary += " Expandable segments were already on, so look at what keeps blocks alive."
-        return self.finding(trace, confidence, summary, evidence, frameworks=frameworks(trace, oom))
+        return self.finding(trace, signals, summary, evidence, frameworks=frameworks(trace, oom))
 
     def _retries_without_oom(self, trace: Trace) -> Finding | None:
         """A run that did not fail, but whose allocator had to flush its cache and retry."""
@@ -177,7 +173,7 @@ can and retries; when that fails too, you get an out-of-memory error while gigab
                 evidence = [count_evidence("allocation retries (cache flushed)", top[1])]
                 return self.finding(
                     trace,
-                    POSSIBLE - 0.1,
+                    Signals(POSSIBLE),
                     "The allocator had to free its cache and retry: the pool is fragmented.",
                     evidence,
                     frameworks=["pytorch"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals
 from memdoc.rules.facts import (
     Failure,
     failure,
@@ -12,9 +13,6 @@ from memdoc.rules.facts import (
     starved_library,
 )
 from memdoc.rules.spec import (
-    LIKELY,
-    POSSIBLE,
-    STRONG,
     RuleSpec,
     bytes_evidence,
     share_evidence,
@@ -106,7 +104,7 @@ create cudnn handle", "Failed to get convolution algorithm", `CUBLAS_STATUS_NOT_
                 f"{framework_name(framework)} took {share:.0%} of the GPU at start: "
                 "a full GPU in nvidia-smi is expected here, not a leak."
             )
-            return self.finding(trace, POSSIBLE - 0.1, summary, evidence, frameworks=[framework])
+            return self.finding(trace, Signals(POSSIBLE), summary, evidence, frameworks=[framework])
         oom = fail.oom
         outside = starved_library(fail)
         if preallocated is not None and outside:
@@ -115,7 +113,7 @@ create cudnn handle", "Failed to get convolution algorithm", `CUBLAS_STATUS_NOT_
                 f"{framework_name(framework)} took {share:.0%} of the GPU at start, and then "
                 f"{library_name(oom)} could not get memory."
             )
-            return self.finding(trace, STRONG, summary, evidence, frameworks=[framework])
+            return self.finding(trace, Signals(STRONG), summary, evidence, frameworks=[framework])
         involved = [f for f in frameworks(trace, oom) if f in PREALLOCATING]
         if outside:
             return self._starved_library(trace, fail, involved)
@@ -132,16 +130,16 @@ create cudnn handle", "Failed to get convolution algorithm", `CUBLAS_STATUS_NOT_
                 f"{library} could not get memory in a {names} program: {names} preallocates "
                 "the GPU by default, leaving little for libraries outside its pool."
             )
-            confidence = LIKELY - 0.05
+            signals = Signals(LIKELY)
         else:
             summary = (
                 f"{library} could not get memory: the usual cause is a GPU filled up front by "
                 "TensorFlow or JAX."
             )
-            confidence = POSSIBLE - 0.05
+            signals = Signals(POSSIBLE)
         return self.finding(
             trace,
-            confidence,
+            signals,
             summary,
             [],
             to_confirm="turn preallocation off (fixes below) and run again",
@@ -157,7 +155,7 @@ create cudnn handle", "Failed to get convolution algorithm", `CUBLAS_STATUS_NOT_
         )
         return self.finding(
             trace,
-            POSSIBLE - 0.05,
+            Signals(POSSIBLE),
             summary,
             [],
             to_confirm="run `nvidia-smi` to see whether another program holds the GPU",

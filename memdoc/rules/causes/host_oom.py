@@ -5,14 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
 from memdoc.rules.facts import Failure, failure, frameworks
 from memdoc.rules.host import HOST_KINDS, gpu_recorded, host_limits, resident_at_failure
 from memdoc.rules.spec import (
-    CORROBORATION,
-    LIKELY,
-    POSSIBLE,
-    STRONG,
-    WEAK,
     RuleSpec,
     bytes_evidence,
     count_evidence,
@@ -187,26 +183,26 @@ shared memory show that the host itself was the limit.
             summary = (
                 f"The kernel's OOM killer killed {pressure.oom_kills:g} process(es) of this job."
             )
-            confidence = STRONG + 0.1
+            signals = Signals.of(STRONG, near_limit=pressure.near_limit)
         elif killed and pressure.near_limit:
             summary = (
                 f"The job was killed (SIGKILL) with {format_bytes(pressure.peak_bytes)} resident, "
                 f"near the {format_bytes(pressure.limit_bytes)} limit."
             )
-            confidence = STRONG + 0.05
+            signals = Signals(STRONG)
         elif killed:
             summary = "The job was killed by SIGKILL; the kernel's OOM killer is the usual sender."
             return self._report(
-                trace, POSSIBLE - 0.1, summary, evidence, signs=signs, to_confirm=_KILL_HINT
+                trace, Signals(POSSIBLE), summary, evidence, signs=signs, to_confirm=_KILL_HINT
             )
         elif pressure.near_limit and fail is None:
             summary = (
                 f"Host memory reached {format_bytes(pressure.peak_bytes)}, close to the limit."
             )
-            confidence = POSSIBLE - 0.05
+            signals = Signals(POSSIBLE)
         else:
             return None
-        return self._report(trace, confidence, summary, evidence, signs=signs)
+        return self._report(trace, signals, summary, evidence, signs=signs)
 
     def _from_error(self, trace: Trace, fail: Failure, pressure: _Pressure | None) -> Finding:
         oom = fail.oom
@@ -214,34 +210,34 @@ shared memory show that the host itself was the limit.
         to_confirm = None
         if oom.kind == "host-kill":
             kernel = fail.says(_KERNEL_OOM)
-            confidence = STRONG + 0.05 if kernel else LIKELY - 0.05
+            signals = Signals(STRONG if kernel else LIKELY)
             summary = (
                 "The kernel's OOM killer killed the process."
                 if kernel
                 else "The process was killed without a Python error, the mark of the OOM killer."
             )
         elif signs.shm:
-            confidence = STRONG - 0.05
+            signals = Signals(STRONG)
             summary = "A DataLoader worker ran out of shared memory (/dev/shm)."
         elif oom.kind == "dataloader-killed":
-            confidence, summary = _worker_death(fail)
+            signals, summary = _worker_death(fail)
         else:
-            confidence, summary, to_confirm = _failed_allocation(trace, fail, signs)
+            signals, summary, to_confirm = _failed_allocation(trace, fail, signs)
         evidence = _error_evidence(trace, fail, pressure)
         if pressure is not None and pressure.near_limit and oom.kind != "host-alloc":
-            confidence = max(confidence, STRONG)
+            signals = Signals(STRONG, signals.corroborating)
         elif pressure is not None and pressure.near_limit:
-            confidence += CORROBORATION
-        if oom.kind in ("host-kill", "dataloader-killed") and confidence < STRONG:
+            signals = signals.plus(near_limit=True)
+        if oom.kind in ("host-kill", "dataloader-killed") and signals.level < STRONG:
             to_confirm = _KILL_HINT
         return self._report(
-            trace, confidence, summary, evidence, signs=signs, to_confirm=to_confirm, fail=fail
+            trace, signals, summary, evidence, signs=signs, to_confirm=to_confirm, fail=fail
         )
 
     def _report(
         self,
         trace: Trace,
-        confidence: float,
+        signals: Signals,
         summary: str,
         evidence: list[Evidence],
         *,
@@ -252,7 +248,7 @@ shared memory show that the host itself was the limit.
         involved = frameworks(trace, fail.oom if fail else None)
         return self.finding(
             trace,
-            confidence,
+            signals,
             summary,
             evidence,
             to_confirm=to_confirm,
@@ -277,16 +273,18 @@ def _signs_of(fail: Failure) -> _Signs:
     )
 
 
-def _failed_allocation(trace: Trace, fail: Failure, signs: _Signs) -> tuple[float, str, str | None]:
+def _failed_allocation(
+    trace: Trace, fail: Failure, signs: _Signs
+) -> tuple[Signals, str, str | None]:
     """A host allocation failed: the limit itself only when nothing else can be blamed."""
     if signs.workers:
         summary = "A DataLoader worker could not allocate host memory (RAM)."
-        return LIKELY + 0.1, summary, None
+        return Signals(STRONG), summary, None
     if trace.is_text_only:
-        return LIKELY + 0.1, "An allocation in host memory (RAM) failed.", None
+        return Signals(STRONG), "An allocation in host memory (RAM) failed.", None
     if gpu_recorded(trace):
         summary = "A host memory (RAM) allocation failed in a GPU job: RAM, not the GPU, ran out."
-        return LIKELY, summary, None
+        return Signals(LIKELY), summary, None
     limits = host_limits(trace, fail.pid, fail.host)
     under = f" under the {format_bytes(limits[0].limit_bytes)} {limits[0].label}" if limits else ""
     summary = (
@@ -294,18 +292,18 @@ def _failed_allocation(trace: Trace, fail: Failure, signs: _Signs) -> tuple[floa
         "problem ends this way here: the cause is what drove memory up."
     )
     to_confirm = "look at the other findings, and at `memdoc report` for what grew"
-    return WEAK, summary, to_confirm
+    return Signals(WEAK), summary, to_confirm
 
 
-def _worker_death(fail: Failure) -> tuple[float, str]:
+def _worker_death(fail: Failure) -> tuple[Signals, str]:
     """How a DataLoader worker died: SIGKILL points at the OOM killer, SIGTERM does not."""
     if fail.says(r"signal: Killed"):
-        return LIKELY + 0.1, "A DataLoader worker was killed by SIGKILL, usually the OOM killer."
+        return Signals(STRONG), "A DataLoader worker was killed by SIGKILL, usually the OOM killer."
     if fail.says(r"signal: Terminated"):
         summary = "A DataLoader worker was terminated (SIGTERM): rarely a memory problem."
-        return WEAK, summary
+        return Signals(WEAK), summary
     summary = "A DataLoader worker exited unexpectedly; running out of host RAM is one cause."
-    return POSSIBLE, summary
+    return Signals(POSSIBLE), summary
 
 
 def _error_evidence(trace: Trace, fail: Failure, pressure: _Pressure | None) -> list[Evidence]:

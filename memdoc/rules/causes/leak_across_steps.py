@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
 from memdoc.rules.facts import (
     Curve,
     Failure,
@@ -17,13 +18,8 @@ from memdoc.rules.facts import (
     step_curve,
 )
 from memdoc.rules.spec import (
-    LIKELY,
-    POSSIBLE,
-    TEXT_ONLY_CAP,
-    WEAK,
     RuleSpec,
     bytes_evidence,
-    corroborated,
     count_evidence,
     share_evidence,
     snippet,
@@ -122,6 +118,7 @@ GPU. In Python the memory is freed only when the last reference goes.
             ),
         ),
     )
+    needs_recording = True
     references = (
         (
             "PyTorch FAQ: my model reports cuda runtime error(2): out of memory",
@@ -174,13 +171,12 @@ GPU. In Python the memory is freed only when the last reference goes.
             evidence.append(
                 count_evidence("steps left at this rate", round((total - last) / slope))
             )
-        confidence = corroborated(
-            LIKELY,
-            trend.monotonic_fraction >= 0.9,
-            fail is not None,
-            span >= 20,
-            relative >= 0.5,
-            cap=0.9,
+        # Growth at almost every boundary for twenty steps or more is decisive on its own.
+        sustained = trend.monotonic_fraction >= 0.9 and span >= 20
+        signals = Signals.of(
+            STRONG if sustained else LIKELY,
+            ended_in_failure=fail is not None,
+            grew_by_half=relative >= 0.5,
         )
         summary = (
             f"The {curve.label} at step boundaries grew by {format_bytes(slope)} per step "
@@ -188,7 +184,7 @@ GPU. In Python the memory is freed only when the last reference goes.
         )
         return self.finding(
             trace,
-            confidence,
+            signals,
             summary,
             evidence,
             frameworks=frameworks(trace, fail.oom if fail else None),
@@ -209,7 +205,7 @@ GPU. In Python the memory is freed only when the last reference goes.
             evidence = [count_evidence("epochs or steps reached", reached)]
             return self.finding(
                 trace,
-                min(POSSIBLE - 0.05, TEXT_ONLY_CAP),
+                Signals(POSSIBLE),
                 summary,
                 evidence,
                 to_confirm=TO_CONFIRM,
@@ -219,7 +215,7 @@ GPU. In Python the memory is freed only when the last reference goes.
             summary = "The error gives no numbers; memory growing each step is one possible cause."
             return self.finding(
                 trace,
-                WEAK - 0.05,
+                Signals(WEAK),
                 summary,
                 [],
                 to_confirm=TO_CONFIRM,

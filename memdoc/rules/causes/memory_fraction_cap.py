@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals
 from memdoc.rules.facts import (
     Failure,
     device_total,
@@ -14,9 +15,6 @@ from memdoc.rules.facts import (
 )
 from memdoc.rules.ledger import pool_bytes
 from memdoc.rules.spec import (
-    LIKELY,
-    POSSIBLE,
-    STRONG,
     RuleSpec,
     bytes_evidence,
     share_evidence,
@@ -122,18 +120,18 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
         if free is not None:
             evidence.append(bytes_evidence("free on the device", free))
         if room:
-            confidence = STRONG + 0.05
+            signals = Signals(STRONG)
             summary = (
                 f"The allocator stopped at a configured {format_bytes(limit)} "
                 f"({limit / total:.0%} of the device) while {format_bytes(free)} were still free."
             )
         else:
-            confidence = LIKELY if free is None else POSSIBLE
+            signals = Signals(LIKELY if free is None else POSSIBLE)
             summary = (
                 f"A configured limit of {format_bytes(limit)} ({limit / total:.0%} of the "
                 "device) was reached."
             )
-        return self.finding(trace, confidence, summary, evidence, frameworks=frameworks(trace, oom))
+        return self.finding(trace, signals, summary, evidence, frameworks=frameworks(trace, oom))
 
 
 def _limit(trace: Trace, fail: Failure, device: int | None) -> float | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals
 from memdoc.rules.facts import (
     Failure,
     device_total,
@@ -13,12 +14,8 @@ from memdoc.rules.facts import (
 )
 from memdoc.rules.host import host_limits, on_host, resident_at_failure
 from memdoc.rules.spec import (
-    LIKELY,
-    POSSIBLE,
-    STRONG,
     RuleSpec,
     bytes_evidence,
-    corroborated,
     share_evidence,
     snippet,
 )
@@ -154,13 +151,16 @@ it on one device.
                 bytes_evidence("gradients", grads),
                 share_evidence("parameters and gradients / device", share),
             ]
-            confidence = corroborated(LIKELY, share >= 0.95, fail is not None and not trace.steps())
-            confidence = max(confidence, STRONG) if params >= 0.95 * total else confidence
+            signals = Signals.of(
+                STRONG if params >= 0.95 * total else LIKELY,
+                nearly_full=share >= 0.95,
+                failed_before_steps=fail is not None and not trace.steps(),
+            )
             summary = (
                 f"Parameters and gradients take {format_bytes(params + grads)}, "
                 f"{share:.0%} of GPU {device}, before any batch."
             )
-            return self.finding(trace, confidence, summary, evidence, frameworks=frameworks(trace))
+            return self.finding(trace, signals, summary, evidence, frameworks=frameworks(trace))
         return None
 
     def _while_placing(self, trace: Trace, fail: Failure) -> Finding | None:
@@ -183,7 +183,11 @@ it on one device.
         summary += f", with {format_bytes(held)} already there." if full and held else "."
         return self.finding(
             trace,
-            corroborated(POSSIBLE + 0.1, full, moving or building, before_steps),
+            Signals.of(
+                LIKELY if moving or building else POSSIBLE,
+                device_full=full,
+                before_steps=before_steps,
+            ),
             summary,
             evidence,
             to_confirm="compare parameter bytes (numel x element size) with the memory there is",

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from memdoc.rules.base import Finding, Fix
+from memdoc.rules.confidence import LIKELY, WEAK, Signals
 from memdoc.rules.facts import failure, framework_devices, framework_name, starved_library
-from memdoc.rules.spec import LIKELY, WEAK, RuleSpec, corroborated, count_evidence, snippet
+from memdoc.rules.spec import (
+    RuleSpec,
+    count_evidence,
+    snippet,
+)
 from memdoc.trace.reader import Trace
 
 
@@ -85,7 +90,7 @@ initialization failed", "Could not create cudnn handle".
         )
         return self.finding(
             trace,
-            WEAK,
+            Signals(WEAK),
             summary,
             [],
             to_confirm="check whether the program imports two of PyTorch, TensorFlow and JAX",
@@ -102,8 +107,8 @@ initialization failed", "Could not create cudnn handle".
             pretty = " and ".join(framework_name(n) for n in names)
             summary = f"{pretty} both kept memory pools on GPU {device}."
             evidence = [count_evidence(f"frameworks with a pool on GPU {device}", len(names))]
-            confidence = corroborated(LIKELY, had_failure, had_failure)
-            return self.finding(trace, confidence, summary, evidence, frameworks=names)
+            signals = Signals.of(LIKELY, ended_in_failure=had_failure)
+            return self.finding(trace, signals, summary, evidence, frameworks=names)
         return None
 
 

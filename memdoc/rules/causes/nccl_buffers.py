@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from memdoc.rules.base import Finding, Fix
+from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals
 from memdoc.rules.facts import Failure, failure, frameworks
-from memdoc.rules.spec import LIKELY, POSSIBLE, RuleSpec, bytes_evidence, corroborated, snippet
+from memdoc.rules.spec import (
+    RuleSpec,
+    bytes_evidence,
+    snippet,
+)
 from memdoc.trace.model import Metric, framework_metric
 from memdoc.trace.reader import Trace
 from memdoc.units import MiB, format_bytes
@@ -99,7 +104,7 @@ does not see this memory, so its statistics look fine while the device is full.
                 if fail.oom.requested_bytes
                 else []
             )
-            return self.finding(trace, LIKELY + 0.1, summary, evidence, frameworks=involved)
+            return self.finding(trace, Signals(STRONG), summary, evidence, frameworks=involved)
         in_collective = fail.in_frames(
             file_pattern=_COLLECTIVE_FILES, function_pattern=_COLLECTIVE_FUNCTIONS
         )
@@ -110,7 +115,7 @@ does not see this memory, so its statistics look fine while the device is full.
             )
             return self.finding(
                 trace,
-                LIKELY - 0.05,
+                Signals(LIKELY),
                 summary,
                 [],
                 to_confirm="rerun with NCCL_DEBUG=INFO to see NCCL's allocations",
@@ -142,7 +147,7 @@ does not see this memory, so its statistics look fine while the device is full.
                     evidence = [bytes_evidence("growth outside the framework pool", growth)]
                     return self.finding(
                         trace,
-                        corroborated(POSSIBLE + 0.05, had_failure),
+                        Signals.of(POSSIBLE, ended_in_failure=had_failure),
                         summary,
                         evidence,
                         frameworks=frameworks(trace),

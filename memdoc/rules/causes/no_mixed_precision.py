@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.confidence import POSSIBLE, WEAK, Signals
 from memdoc.rules.facts import failure, frameworks
-from memdoc.rules.spec import POSSIBLE, WEAK, RuleSpec, bytes_evidence, share_evidence, snippet
+from memdoc.rules.spec import RuleSpec, bytes_evidence, share_evidence, snippet
 from memdoc.trace.model import EventKind
 from memdoc.trace.reader import Trace
 from memdoc.units import MiB
@@ -112,7 +113,7 @@ policy stores them in 16 bits.
         summary = f"The failing tensor is {oom.dtype}: in bf16 or fp16 it would take half as much."
         return self.finding(
             trace,
-            WEAK + 0.05,
+            Signals.of(WEAK, large_request=large),
             summary,
             evidence,
             to_confirm="check whether the model already runs under autocast or a mixed policy",
@@ -140,7 +141,7 @@ policy stores them in 16 bits.
                 f"{fp32 / total:.0%} of the parameter bytes are fp32 and the job ran out of memory."
             )
             return self.finding(
-                trace, POSSIBLE + 0.05, summary, evidence, frameworks=frameworks(trace)
+                trace, Signals(POSSIBLE), summary, evidence, frameworks=frameworks(trace)
             )
         return None
 

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals
 from memdoc.rules.facts import Failure, failure, frameworks, innermost_frames, step_curve
 from memdoc.rules.spec import (
-    LIKELY,
-    POSSIBLE,
     RuleSpec,
     bytes_evidence,
-    corroborated,
     ratio_evidence,
     share_evidence,
     snippet,
@@ -142,7 +140,7 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
         evidence = [Evidence(f"failed in: {innermost_frames(fail, 1)}")] if fail.stack else []
         return self.finding(
             trace,
-            corroborated(POSSIBLE + 0.15, creating and first),
+            Signals.of(LIKELY, creating_state_at_first_step=creating and first),
             summary,
             evidence,
             to_confirm=(
@@ -174,19 +172,19 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
         if total:
             evidence.append(share_evidence("optimizer state / device", jump / total))
         if failed_first:
-            confidence = corroborated(LIKELY, adam_like, cap=0.85)
+            signals = Signals(STRONG if adam_like else LIKELY)
             summary = (
                 f"The first optimizer step adds {format_bytes(jump)} ({ratio:.1f}x the "
                 "parameters) and the job failed there."
             )
         elif total and jump >= 0.25 * total:
-            confidence = POSSIBLE - 0.05
+            signals = Signals(POSSIBLE)
             summary = (
                 f"Optimizer state takes {format_bytes(jump)}, {jump / total:.0%} of the device."
             )
         else:
             return None
-        return self.finding(trace, confidence, summary, evidence, frameworks=frameworks(trace))
+        return self.finding(trace, signals, summary, evidence, frameworks=frameworks(trace))
 
 
 def _model_state(trace: Trace) -> tuple[float, float, int | None]:

@@ -6,6 +6,7 @@ from collections.abc import Set
 from dataclasses import dataclass
 
 from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
 from memdoc.rules.facts import (
     Failure,
     device_total,
@@ -17,9 +18,6 @@ from memdoc.rules.facts import (
 )
 from memdoc.rules.ledger import pool_bytes
 from memdoc.rules.spec import (
-    LIKELY,
-    POSSIBLE,
-    WEAK,
     RuleSpec,
     bytes_evidence,
     share_evidence,
@@ -133,16 +131,16 @@ keep their memory until they are stopped.
             and (oom.free_bytes or 0) + held >= oom.requested_bytes
         )
         if named:
-            confidence = (LIKELY + 0.15 if fits else POSSIBLE + 0.05) + (
-                0.1 if others.named_bytes >= 0.25 * total else 0.0
+            signals = Signals.of(
+                STRONG if fits else POSSIBLE, holds_a_quarter=others.named_bytes >= 0.25 * total
             )
             who = ", ".join(f"PID {pid}" for pid in others.pids) or "other processes"
             summary = f"{who} held {format_bytes(others.named_bytes)} of this GPU."
             if not others.certain:
-                confidence = min(confidence, POSSIBLE)
+                signals = signals.at_most(POSSIBLE)
                 summary += " (Inside a container, that PID may be this process itself.)"
         else:
-            confidence = LIKELY - 0.15 if fits else POSSIBLE - 0.05
+            signals = Signals(LIKELY if fits else POSSIBLE)
             summary = (
                 f"{format_bytes(others.unaccounted_bytes)} of the GPU were used by something "
                 "other than this process's allocator: another process, or another library here."
@@ -157,7 +155,7 @@ keep their memory until they are stopped.
             summary += " Without it, the request would have fit."
         return self.finding(
             trace,
-            confidence,
+            signals,
             summary,
             evidence,
             to_confirm=None
@@ -188,7 +186,7 @@ keep their memory until they are stopped.
             )
             return self.finding(
                 trace,
-                POSSIBLE + 0.1,
+                Signals(LIKELY),
                 summary,
                 evidence,
                 to_confirm="run `nvidia-smi` to see which processes hold the GPU",
@@ -201,7 +199,7 @@ keep their memory until they are stopped.
             )
             return self.finding(
                 trace,
-                WEAK + 0.05,
+                Signals(WEAK),
                 summary,
                 [],
                 to_confirm="run `nvidia-smi` before the job starts and look for other processes",
@@ -232,7 +230,7 @@ keep their memory until they are stopped.
                     share_evidence("share of the device", held / total),
                 ]
                 summary = f"Other processes held {format_bytes(held)} of GPU {device.index}."
-                return self.finding(trace, POSSIBLE, summary, evidence)
+                return self.finding(trace, Signals(POSSIBLE), summary, evidence)
         return None
 
 

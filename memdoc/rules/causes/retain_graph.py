@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from memdoc.rules.base import Finding, Fix
+from memdoc.rules.confidence import POSSIBLE, STRONG, Signals
 from memdoc.rules.facts import baselines, failed_device, failure, frameworks, step_curve
-from memdoc.rules.spec import LIKELY, POSSIBLE, RuleSpec, bytes_evidence, corroborated, snippet
+from memdoc.rules.spec import (
+    RuleSpec,
+    bytes_evidence,
+    snippet,
+)
 from memdoc.rules.trend import fit_trend
 from memdoc.trace.reader import Trace
 
@@ -55,6 +60,7 @@ step's worth of activations every iteration.
             ),
         ),
     )
+    needs_recording = True
     references = (
         (
             "PyTorch: torch.Tensor.backward",
@@ -78,12 +84,11 @@ step's worth of activations every iteration.
         summary = "The failing code keeps autograd graphs alive with retain_graph=True" + (
             ", and memory grew every step." if growth else "."
         )
-        confidence = corroborated(POSSIBLE + 0.1, growth is not None, growth is not None)
-        if growth is not None:
-            confidence = max(confidence, LIKELY + 0.15)
+        # retain_graph=True alone is common and harmless; growth per step makes it the cause.
+        signals = Signals(STRONG if growth is not None else POSSIBLE)
         return self.finding(
             trace,
-            confidence,
+            signals,
             summary,
             evidence,
             to_confirm=None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals
 from memdoc.rules.facts import (
     Failure,
     device_name,
@@ -22,12 +23,8 @@ from memdoc.rules.host import (
     resident_at_failure,
 )
 from memdoc.rules.spec import (
-    LIKELY,
-    POSSIBLE,
-    STRONG,
     RuleSpec,
     bytes_evidence,
-    corroborated,
     ratio_evidence,
     ratio_text,
     share_evidence,
@@ -130,7 +127,9 @@ volume processed at once, or a convolution asking for a huge workspace.
                 "The requested size is absurd (beyond any device): a size computation went wrong."
             )
             evidence = [Evidence("requested: more than any device has", None, "bytes")]
-            return self.finding(trace, STRONG + 0.1, summary, evidence, frameworks=involved)
+            return self.finding(
+                trace, Signals.of(STRONG, absurd=True), summary, evidence, frameworks=involved
+            )
         requested = oom.requested_bytes
         if not requested:
             return None
@@ -198,8 +197,8 @@ volume processed at once, or a convolution asking for a huge workspace.
             bytes_evidence(capacity.label, capacity.limit_bytes),
             ratio_evidence(f"request / {capacity.label}", ratio),
         ]
-        confidence = STRONG + (0.1 if absurd else 0.0)
-        return self.finding(trace, confidence, summary, evidence, frameworks=involved)
+        signals = Signals.of(STRONG, absurd=absurd)
+        return self.finding(trace, signals, summary, evidence, frameworks=involved)
 
     def _beyond_room(
         self,
@@ -231,7 +230,7 @@ volume processed at once, or a convolution asking for a huge workspace.
             f"{format_percent(requested / cap.limit_bytes)} of the {format_bytes(cap.limit_bytes)} "
             f"{cap.label}, did not fit in the {format_bytes(room)} left under it."
         )
-        return self.finding(trace, LIKELY - 0.05, summary, evidence, frameworks=involved)
+        return self.finding(trace, Signals(LIKELY), summary, evidence, frameworks=involved)
 
     def _beside_kept(
         self,
@@ -257,7 +256,7 @@ volume processed at once, or a convolution asking for a huge workspace.
             f"{format_bytes(total)} {capacity.label} has left beside the "
             f"{format_bytes(kept)} the job keeps."
         )
-        return self.finding(trace, LIKELY - 0.05, summary, evidence, frameworks=involved)
+        return self.finding(trace, Signals(LIKELY), summary, evidence, frameworks=involved)
 
     def _dominant(
         self, trace: Trace, fail: Failure, limit: Limit, requested: float, involved: list[str]
@@ -282,7 +281,7 @@ volume processed at once, or a convolution asking for a huge workspace.
         sizeable = requested >= SIZEABLE_SHARE * limit.limit_bytes
         return self.finding(
             trace,
-            corroborated(POSSIBLE, sizeable),
+            Signals.of(POSSIBLE, sizeable=sizeable),
             summary,
             evidence,
             to_confirm=(

@@ -5,12 +5,10 @@ from __future__ import annotations
 import statistics
 
 from memdoc.rules.base import Finding, Fix
+from memdoc.rules.confidence import LIKELY, POSSIBLE, Signals
 from memdoc.rules.facts import failed_device, failure, frameworks, step_curve
 from memdoc.rules.spec import (
-    LIKELY,
-    POSSIBLE,
     RuleSpec,
-    corroborated,
     count_evidence,
     share_evidence,
     snippet,
@@ -92,6 +90,7 @@ step reuse the same blocks and compiled programs.
             ),
         ),
     )
+    needs_recording = True
     references = (
         (
             "PyTorch: CUDA memory management",
@@ -111,7 +110,7 @@ step reuse the same blocks and compiled programs.
                 return None
             return self.finding(
                 trace,
-                POSSIBLE - 0.05,
+                Signals(POSSIBLE),
                 "The log shows recompilation for new input shapes before the error.",
                 [],
                 to_confirm="record the pool with `memdoc run`: it rises at each new shape",
@@ -134,12 +133,14 @@ step reuse the same blocks and compiled programs.
             share_evidence("variation of per-step peaks", variation),
             count_evidence("steps at which the pool grew after warm-up", new_highs),
         ]
-        confidence = corroborated(LIKELY - 0.1, fail is not None, new_highs >= 2 * MIN_NEW_HIGHS)
+        signals = Signals.of(
+            LIKELY, ended_in_failure=fail is not None, many_new_highs=new_highs >= 2 * MIN_NEW_HIGHS
+        )
         summary = (
             f"The pool grew at {new_highs} separate steps while per-step peaks varied by "
             f"{variation:.0%}: new shapes kept arriving."
         )
-        return self.finding(trace, confidence, summary, evidence, frameworks=frameworks(trace))
+        return self.finding(trace, signals, summary, evidence, frameworks=frameworks(trace))
 
 
 def _pool_new_highs(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from memdoc.rules.base import Finding, Fix
+from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals
 from memdoc.rules.facts import (
     device_peak_used,
     failed_device,
@@ -11,11 +12,8 @@ from memdoc.rules.facts import (
     frameworks,
 )
 from memdoc.rules.spec import (
-    LIKELY,
-    POSSIBLE,
     RuleSpec,
     bytes_evidence,
-    corroborated,
     count_evidence,
     snippet,
 )
@@ -160,7 +158,12 @@ checkpoints saved on GPU 0 and loaded without `map_location`, end up on GPU 0.
         ]
         return self.finding(
             trace,
-            corroborated(POSSIBLE + 0.1, failed_here, bool(idle), len(working) >= 3),
+            Signals.of(
+                LIKELY,
+                failed_there=failed_here,
+                other_gpus_idle=bool(idle),
+                three_or_more=len(working) >= 3,
+            ),
             summary,
             evidence,
             to_confirm=(
@@ -181,7 +184,7 @@ checkpoints saved on GPU 0 and loaded without `map_location`, end up on GPU 0.
         ]
         return self.finding(
             trace,
-            POSSIBLE,
+            Signals(POSSIBLE),
             summary,
             evidence,
             to_confirm=(
@@ -205,7 +208,7 @@ checkpoints saved on GPU 0 and loaded without `map_location`, end up on GPU 0.
             count_evidence("expected device (LOCAL_RANK)", expected),
             count_evidence("devices it used", len(used)),
         ]
-        return self.finding(trace, LIKELY + 0.1, summary, evidence, frameworks=frameworks(trace))
+        return self.finding(trace, Signals(STRONG), summary, evidence, frameworks=frameworks(trace))
 
     def _idle_neighbour(self, trace: Trace, failed: int) -> Finding | None:
         total = trace.device_total_bytes(failed)
@@ -228,7 +231,7 @@ checkpoints saved on GPU 0 and loaded without `map_location`, end up on GPU 0.
         ]
         return self.finding(
             trace,
-            POSSIBLE - 0.05,
+            Signals(POSSIBLE),
             summary,
             evidence,
             to_confirm="check which device the script selects (`cuda:0` hard-coded?)",

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
 from memdoc.rules.facts import Failure, failure, frameworks, specific_library
 from memdoc.rules.host import data_held
 from memdoc.rules.spec import (
-    LIKELY,
-    POSSIBLE,
-    WEAK,
     RuleSpec,
     bytes_evidence,
-    corroborated,
     ratio_evidence,
     ratio_text,
     snippet,
@@ -122,7 +119,7 @@ sequences scale the temporaries.
             summary = "XLA could not allocate a buffer for the compiled program."
             return self.finding(
                 trace,
-                POSSIBLE - 0.05,
+                Signals(POSSIBLE),
                 summary,
                 evidence,
                 to_confirm=_TO_CONFIRM,
@@ -139,13 +136,13 @@ sequences scale the temporaries.
                 "program held: a buffer its compiled program makes from small inputs, such as "
                 "a temporary."
             )
-            return self.finding(trace, LIKELY + 0.05, summary, evidence, frameworks=involved)
+            return self.finding(trace, Signals(LIKELY), summary, evidence, frameworks=involved)
         summary = (
             f"XLA could not allocate {format_bytes(requested)}, in proportion to the data the "
             "program held: as likely an ordinary result array as a temporary of the program."
         )
         return self.finding(
-            trace, WEAK, summary, evidence, to_confirm=_TO_CONFIRM, frameworks=involved
+            trace, Signals(WEAK), summary, evidence, to_confirm=_TO_CONFIRM, frameworks=involved
         )
 
     def _planned(self, trace: Trace, fail: Failure, involved: list[str]) -> Finding:
@@ -166,8 +163,10 @@ sequences scale the temporaries.
         if oom.xla_temp_bytes:
             summary += f": {format_bytes(oom.xla_temp_bytes)} of temporaries"
         summary += "."
-        confidence = corroborated(LIKELY + 0.05, temp_dominates, bool(oom.xla_buffers))
-        return self.finding(trace, confidence, summary, evidence, frameworks=involved or ["jax"])
+        signals = Signals.of(
+            STRONG, temporaries_dominate=temp_dominates, buffers_listed=bool(oom.xla_buffers)
+        )
+        return self.finding(trace, signals, summary, evidence, frameworks=involved or ["jax"])
 
 
 RULE = XlaTempBuffers()
