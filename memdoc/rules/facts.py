@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from memdoc.oom.names import has_words
 from memdoc.trace.model import (
     FRAMEWORK_NAMES,
     FRAMEWORK_PREFIXES,
@@ -55,15 +56,28 @@ class Failure:
         texts = (self.oom.message, self.context, *self.source)
         return any(regex.search(text) for text in texts if text)
 
-    def in_frames(self, file_pattern: str = "", function_pattern: str = "") -> bool:
-        """True when one frame matches both: the file pattern anywhere in its path, the
-        function pattern as the whole function name (empty patterns match every frame)."""
+    def in_frames(
+        self,
+        file_pattern: str = "",
+        function_pattern: str = "",
+        *,
+        function_words: Sequence[str] = (),
+        file_words: Sequence[str] = (),
+    ) -> bool:
+        """True when one frame matches every test given: the file pattern anywhere in its
+        path, the function pattern as the whole function name, and one of the phrases as
+        whole words of the function name or of the path ("load" is not in "dataloader")."""
         file_re = re.compile(file_pattern, re.IGNORECASE)
         function_re = re.compile(function_pattern or ".*", re.IGNORECASE)
         for frame in self.stack:
             file, _, function = frame_parts(frame)
-            if file_re.search(file) and function_re.fullmatch(function):
-                return True
+            if not (file_re.search(file) and function_re.fullmatch(function)):
+                continue
+            if function_words and not has_words(function, function_words):
+                continue
+            if file_words and not has_words(file, file_words):
+                continue
+            return True
         return False
 
 

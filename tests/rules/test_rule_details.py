@@ -154,3 +154,41 @@ def test_ranks_crowding_one_gpu_are_named_first_as_wrong_device() -> None:
 
     assert found[0].rule == "wrong-device"
     assert "5101, 5102, 5103" in found[0].summary
+
+
+def _oom_in(file: str, function: str) -> str:
+    """A PyTorch OOM raised from one frame, with a request twice what was allocated."""
+    return (
+        "Traceback (most recent call last):\n"
+        f'  File "{file}", line 12, in {function}\n'
+        "    out = step(batch)\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB. GPU 0 has a "
+        "total capacity of 23.65 GiB of which 2.00 GiB is free. Of the allocated memory 3.00 "
+        "GiB is allocated by PyTorch, and 1.00 GiB is reserved by PyTorch but unallocated.\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("file", "function", "slug", "fires"),
+    [
+        pytest.param("torch/cuda/graphs.py", "capture_end", "cuda-graph-pools", True, id="capture"),
+        pytest.param("model.py", "build_graph", "cuda-graph-pools", False, id="any-graph"),
+        pytest.param("model.py", "conv2d_forward", "cudnn-workspace", True, id="conv"),
+        pytest.param("chat.py", "conversation_step", "cudnn-workspace", False, id="conversation"),
+        pytest.param("train.py", "evaluate_model", "eval-without-no-grad", True, id="evaluate"),
+        pytest.param(
+            "heads.py", "predictor_forward", "eval-without-no-grad", False, id="predictor"
+        ),
+        pytest.param("train.py", "load_checkpoint", "checkpoint-load-spike", True, id="load-ckpt"),
+        pytest.param(
+            "torch/utils/checkpoint.py", "forward", "checkpoint-load-spike", False, id="recompute"
+        ),
+        pytest.param("train.py", "load_latest", "eval-without-no-grad", False, id="latest"),
+    ],
+)
+def test_frame_names_are_read_word_by_word(
+    file: str, function: str, slug: str, fires: bool
+) -> None:
+    confidence = _finding(_oom_in(file, function), slug)
+
+    assert (confidence is not None) is fires

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from memdoc.oom.names import has_words
 from memdoc.rules.base import Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, Signals
 from memdoc.rules.facts import Failure, failed_device, failure, frameworks, series_named
@@ -17,10 +18,17 @@ from memdoc.trace.reader import Trace
 from memdoc.units import GiB, format_bytes
 
 _LOAD_LABEL = r"load|checkpoint|restore|resume"
-_LOAD_FILES = r"torch[/\\]serialization\.py|safetensors|orbax|checkpoint"
-_LOAD_FUNCTIONS = (
-    r"(load_state_dict|_load_from_state_dict|load_checkpoint|restore\w*|_rebuild_tensor\w*"
-    r"|restore_location)"
+_LOAD_FILES = r"torch[/\\]serialization\.py|safetensors|orbax"
+# Activation checkpointing (torch/utils/checkpoint.py) recomputes, it loads nothing.
+_RECOMPUTE_FILES = r"torch[/\\]utils[/\\]checkpoint\.py"
+# Words of a function that loads or restores saved weights.
+LOAD_WORDS = (
+    "load state dict",
+    "load checkpoint",
+    "load from state dict",
+    "restore",
+    "rebuild tensor",
+    "load sharded checkpoint",
 )
 _LOAD_TEXT = r"torch\.load\(|load_state_dict\(|\.restore\("
 SPIKE_RATIO = 1.5
@@ -117,7 +125,8 @@ model trains fine once loaded.
             return None
         loading = (
             fail.in_frames(file_pattern=_LOAD_FILES)
-            or fail.in_frames(function_pattern=_LOAD_FUNCTIONS)
+            or _in_checkpoint_file(fail)
+            or fail.in_frames(function_words=LOAD_WORDS)
             or fail.says(_LOAD_TEXT)
         )
         if not loading:
@@ -192,6 +201,14 @@ model trains fine once loaded.
             )
             return self.finding(trace, signals, summary, evidence, frameworks=frameworks(trace))
         return None
+
+
+def _in_checkpoint_file(fail: Failure) -> bool:
+    """A frame in a file named for checkpoints, other than activation checkpointing's."""
+    return any(
+        has_words(file, ["checkpoint"]) and re.search(_RECOMPUTE_FILES, file) is None
+        for file in fail.files
+    )
 
 
 RULE = CheckpointLoadSpike()

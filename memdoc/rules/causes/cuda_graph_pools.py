@@ -23,6 +23,18 @@ from memdoc.trace.model import Metric
 from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes
 
+# Words of a function that captures or replays a CUDA graph; any other "graph" is not one.
+CAPTURE_WORDS = (
+    "capture begin",
+    "capture end",
+    "cuda graph",
+    "cuda graphs",
+    "cudagraph",
+    "cudagraphs",
+    "cudagraphify",
+    "graph capture",
+    "make graphed callables",
+)
 _CAPTURE = r"capture_end|capture_begin|CUDAGraph|cuda_graph|cudagraph|graph capture"
 SIGNIFICANT_SHARE = 0.05
 
@@ -115,7 +127,7 @@ the total can be gigabytes.
                 evidence,
                 frameworks=frameworks(trace, oom),
             )
-        if fail.in_frames(function_pattern=r"\w*capture\w*|\w*graph\w*") or fail.says(_CAPTURE):
+        if fail.in_frames(function_words=CAPTURE_WORDS) or fail.says(_CAPTURE):
             summary = "The error happened while capturing a CUDA graph."
             return self.finding(
                 trace,

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import re
-
+from memdoc.oom.names import has_words
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals
 from memdoc.rules.facts import WORKSPACE_LIMIT, Failure, failure, frameworks
@@ -16,8 +15,8 @@ from memdoc.rules.spec import (
 from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes
 
-_CONV = r"conv"
-_CONV_FUNCTIONS = r"(_conv_forward|conv\w*|_convolution\w*|cudnn_convolution\w*)"
+# Words of a convolution's function or op name (`_conv_forward`, `Conv2DBackpropFilter`).
+CONV_WORDS = ("conv", "conv1d", "conv2d", "conv3d", "convolution", "conv transpose")
 
 
 class CudnnWorkspace(RuleSpec):
@@ -127,8 +126,8 @@ already full, cuDNN cannot even create its handle ("Failed to get convolution al
 
     def _large_conv_request(self, trace: Trace, fail: Failure) -> Finding | None:
         oom = fail.oom
-        in_conv = (oom.op is not None and _matches_conv(oom.op)) or fail.in_frames(
-            function_pattern=_CONV_FUNCTIONS
+        in_conv = (oom.op is not None and has_words(oom.op, CONV_WORDS)) or fail.in_frames(
+            function_words=CONV_WORDS
         )
         allocated = oom.allocated_bytes
         requested = oom.requested_bytes
@@ -146,10 +145,6 @@ already full, cuDNN cannot even create its handle ("Failed to get convolution al
         return self.finding(
             trace, Signals(LIKELY), summary, evidence, frameworks=frameworks(trace, oom)
         )
-
-
-def _matches_conv(op: str) -> bool:
-    return re.search(_CONV, op, re.IGNORECASE) is not None
 
 
 RULE = CudnnWorkspace()

@@ -6,6 +6,7 @@ import re
 import statistics
 from dataclasses import dataclass
 
+from memdoc.oom.names import has_words
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, Signals
 from memdoc.rules.facts import (
@@ -28,9 +29,26 @@ from memdoc.trace.reader import Series, Trace
 from memdoc.units import format_bytes
 
 _EVAL_LABEL = r"eval|valid|predict|test|infer|sampl|generat"
-_EVAL_FUNCTION = (
-    r"(evaluate\w*|evaluation\w*|eval_\w*|_eval\w*|validat\w*|_?validation\w*|predict\w*"
-    r"|prediction\w*|test_step|inference|infer|generate\w*|sample\w*|_sample)"
+# Words of an evaluation or generation function's name (`evaluate_model`, `validation_step`).
+EVAL_WORDS = (
+    "evaluate",
+    "evaluation",
+    "eval",
+    "validate",
+    "validation",
+    "val step",
+    "val epoch",
+    "predict",
+    "prediction",
+    "test step",
+    "test epoch",
+    "inference",
+    "infer",
+    "generate",
+    "generation",
+    "sample",
+    "beam search",
+    "greedy search",
 )
 # Frames that show `torch.no_grad()` / `inference_mode()` used as a decorator.
 _GRAD_OFF_FILES = r"autograd[/\\]grad_mode\.py|utils[/\\]_contextlib\.py"
@@ -190,7 +208,7 @@ graph alive for as long as they are referenced, for example in a list of predict
 
 def _in_eval_frames(fail: Failure) -> bool:
     """The error came from evaluation code that did not turn gradients off."""
-    in_eval = fail.in_frames(function_pattern=_EVAL_FUNCTION) or fail.oom.phase == "eval"
+    in_eval = fail.in_frames(function_words=EVAL_WORDS) or fail.oom.phase == "eval"
     return in_eval and not fail.in_frames(file_pattern=_GRAD_OFF_FILES)
 
 
@@ -198,9 +216,8 @@ def _eval_frame(fail: Failure) -> str | None:
     """The evaluation frame the error came from ("train.py:55 evaluate"), if autograd was on."""
     if not _in_eval_frames(fail):
         return None
-    pattern = re.compile(_EVAL_FUNCTION, re.IGNORECASE)
     for frame in reversed(fail.stack):
-        if pattern.fullmatch(frame_parts(frame)[2]):
+        if has_words(frame_parts(frame)[2], EVAL_WORDS):
             return short_frame(frame)
     return None
 

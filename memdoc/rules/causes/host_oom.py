@@ -28,7 +28,7 @@ _KERNEL_OOM = (
 _SHM = r"Bus error|shared memory|/dev/shm"
 _DATALOADER_TEXT = r"DataLoader worker"
 _DATALOADER_FILES = r"torch[/\\]utils[/\\]data[/\\]"
-_LOADING_FUNCTIONS = r"from_pretrained|_load_pretrained_model|load_state_dict|load"
+_LOADING_WORDS = ("from pretrained", "load")
 _KILL_HINT = 'run `dmesg | grep -i "killed process"` to see the kill'
 
 WORKERS_FIX = Fix(
@@ -269,7 +269,7 @@ def _signs_of(fail: Failure) -> _Signs:
         killed=oom.kind in ("host-kill", "dataloader-killed"),
         workers=workers,
         shm=shm,
-        loading=oom.phase == "load" or fail.in_frames(function_pattern=_LOADING_FUNCTIONS),
+        loading=oom.phase == "load" or fail.in_frames(function_words=_LOADING_WORDS),
     )
 
 

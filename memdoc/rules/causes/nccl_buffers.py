@@ -15,9 +15,16 @@ from memdoc.trace.reader import Trace
 from memdoc.units import MiB, format_bytes
 
 _COLLECTIVE_FILES = r"distributed[/\\]distributed_c10d\.py|torch[/\\]distributed[/\\]|nccl"
-_COLLECTIVE_FUNCTIONS = (
-    r"(barrier|all_reduce\w*|all_gather\w*|reduce_scatter\w*|broadcast\w*|init_process_group"
-    r"|new_group|_new_process_group_helper|all_to_all\w*)"
+_COLLECTIVE_WORDS = (
+    "barrier",
+    "all reduce",
+    "all gather",
+    "reduce scatter",
+    "broadcast",
+    "init process group",
+    "new group",
+    "new process group",
+    "all to all",
 )
 # Growth of memory outside the framework's pool that points at communicator buffers.
 OUTSIDE_GROWTH_BYTES = 400 * MiB
@@ -106,7 +113,7 @@ does not see this memory, so its statistics look fine while the device is full.
             )
             return self.finding(trace, Signals(STRONG), summary, evidence, frameworks=involved)
         in_collective = fail.in_frames(
-            file_pattern=_COLLECTIVE_FILES, function_pattern=_COLLECTIVE_FUNCTIONS
+            file_pattern=_COLLECTIVE_FILES, function_words=_COLLECTIVE_WORDS
         )
         if in_collective:
             summary = (
