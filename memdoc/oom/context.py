@@ -1,4 +1,4 @@
-"""What the lines around an error tell: the phase (load, eval, train, compile), the framework."""
+"""What the lines around an error tell: its phase (load, eval, train, compile, init), framework."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ FRAMEWORK_LOOKBACK_LINES = 40
 _PHASE = re.compile(
     r"(?P<load>torch\.load\(|\bin (?:load|_load|load_state_dict|from_pretrained|load_checkpoint"
     r"|load_model|_load_pretrained_model|load_sharded_checkpoint)\b|\.load_state_dict\("
-    r"|\.from_pretrained\(|Loading checkpoint shards|load_checkpoint\("
+    r"|\.from_pretrained\(|Loading checkpoint shards|load_checkpoint\(|\bloading state[ _]dict"
     r"|safetensors\.torch\.load|torch/serialization\.py)"
     r"|(?P<eval>\bin (?:evaluate|evaluation_loop|eval_step|_eval_step|evaluate_step|validate"
     r"|validation_step|_validation_step|validation_loop|run_validation|predict"
@@ -22,6 +22,8 @@ _PHASE = re.compile(
     r"|__inference_(?:predict|test)_function|\.generate\(|\.predict\(|\.evaluate\()"
     r"|(?P<compile>\bin (?:compile_fx|compile_fx_inner|fx_codegen_and_compile|backend_compile"
     r"|compile_or_get_cached|_cached_compilation|lower_sharding_computation)\b)"
+    r"|(?P<init>cuDevicePrimaryCtxRetain|cuCtxCreate|failed call to cuInit"
+    r"|CUDA driver error: out of memory|failed initializing StreamExecutor)"
     r"|(?P<train>\bin (?:train_step|training_step|_training_step|train_one_epoch|train_epoch"
     r"|backward|fit|train)\b|__inference_train_function|\.backward\(|optimizer\.step\()"
 )

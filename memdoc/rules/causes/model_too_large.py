@@ -167,6 +167,8 @@ it on one device.
         """The error came from moving, loading or building the model's parameters."""
         if fail.oom.framework == "host":
             return None  # a host kill while loading: host-oom
+        if fail.oom.phase == "init":
+            return None  # no context could be created: nothing of the model was placed yet
         moving = fail.in_frames(function_pattern=_MOVE_FUNCTIONS) or fail.says(_MOVE_TEXT)
         building = _building(fail)
         if not (moving or building) and fail.oom.phase != "load":

@@ -113,7 +113,24 @@ keep their memory until they are stopped.
         siblings = trace.our_pids() - {fail.pid}
         others = _others_recorded(trace, fail, device) or _others_in_text(oom, total, siblings)
         judged = self._judge(trace, fail, others, total) if others and total else None
-        return judged or self._starved(trace, fail, total)
+        return judged or self._before_start(trace, fail) or self._starved(trace, fail, total)
+
+    def _before_start(self, trace: Trace, fail: Failure) -> Finding | None:
+        """Creating the CUDA context failed for lack of memory: it was gone before we began."""
+        if fail.oom.phase != "init":
+            return None
+        summary = (
+            "The GPU had no memory left even for this program's CUDA context: it was full "
+            "before the program started, held by another process or a leftover of an earlier run."
+        )
+        return self.finding(
+            trace,
+            Signals(STRONG),
+            summary,
+            [],
+            to_confirm="run `nvidia-smi` before the job starts and look for other processes",
+            frameworks=frameworks(trace, fail.oom),
+        )
 
     def _judge(self, trace: Trace, fail: Failure, others: _Others, total: float) -> Finding | None:
         oom = fail.oom

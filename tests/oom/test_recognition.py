@@ -1,0 +1,177 @@
+"""Forms found on texts the project never saw: memory errors to recognise, and look-alikes."""
+
+from __future__ import annotations
+
+import pytest
+from oomtext import CATALOGUE, fenced, quoted
+
+from memdoc.oom import parse_text
+from memdoc.rules.engine import explain_text
+
+ESC = "\x1b"
+JUPYTER = (
+    f"{ESC}[0;31m-------------------------------------------------------------------{ESC}[0m\n"
+    f"{ESC}[0;31mOutOfMemoryError{ESC}[0m                 Traceback (most recent call last)\n"
+    f"Cell {ESC}[0;32mIn[3], line 5{ESC}[0m\n"
+    f"{ESC}[1;32m      3{ESC}[0m x {ESC}[38;5;241m={ESC}[39m torch.randn(8)\n"
+    f"{ESC}[0;32m----> 5{ESC}[0m out {ESC}[38;5;241m={ESC}[39m model(x)\n\n"
+    f"File {ESC}[0;32m/usr/lib/python3/dist-packages/torch/nn/modules/module.py:1518{ESC}[0m, in "
+    f"{ESC}[0;36mModule._wrapped_call_impl{ESC}[0;34m(self, *args, **kwargs){ESC}[0m\n\n"
+    f"{ESC}[0;31mOutOfMemoryError{ESC}[0m: CUDA out of memory. Tried to allocate 20.00 MiB "
+    "(GPU 0; 14.75 GiB total capacity; 14.54 GiB already allocated; 4.81 MiB free; 14.58 GiB "
+    "reserved in total by PyTorch)\n"
+)
+NCCL_SOCKET = (
+    "node1:1234:1300 [0] misc/socket.cc:456 NCCL WARN socketStartConnect: Connect to "
+    "10.0.0.2<40123> failed : Connection refused\n"
+    "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1269, unhandled system error, NCCL "
+    "version 2.18.1\n"
+)
+NCCL_SYSTEM = (
+    "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+    "ProcessGroupNCCL.cpp:1275, unhandled system error (run with NCCL_DEBUG=INFO for details), "
+    "NCCL version 2.14.3\nncclSystemError: System call (e.g. socket, malloc) or external "
+    "library call failed or device error.\n"
+)
+NCCL_CUDA = (
+    "RuntimeError: NCCL error in: /opt/pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:825, "
+    "unhandled cuda error, NCCL version 2.7.8\nncclUnhandledCudaError: Call to CUDA function "
+    "failed.\n"
+)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(NCCL_SYSTEM, id="nccl-unhandled-system-error"),
+        pytest.param(NCCL_CUDA, id="nccl-unhandled-cuda-error"),
+        pytest.param(NCCL_SOCKET, id="nccl-socket-failure"),
+        pytest.param(quoted(CATALOGUE, "unhandled system error"), id="catalogue-bare-nccl"),
+        pytest.param(fenced(CATALOGUE, "## 7.", 3), id="nccl-tests-unhandled-cuda"),
+    ],
+)
+def test_a_bare_nccl_failure_is_not_a_memory_error(text: str) -> None:
+    assert parse_text(text) is None
+    assert explain_text(text).findings == []
+
+
+def test_an_nccl_failure_that_says_memory_still_is_one() -> None:
+    text = "node1:1:2 [0] include/alloc.h:48 NCCL WARN Cuda failure 'out of memory'\n" + NCCL_CUDA
+
+    found = parse_text(text)
+
+    assert found is not None and found.library == "nccl"
+
+
+@pytest.mark.parametrize(
+    ("text", "framework", "kind", "requested_bytes"),
+    [
+        pytest.param(
+            "Traceback (most recent call last):\n"
+            '  File "train.py", line 88, in <module>\n    state = update(state, batch)\n'
+            "RuntimeError: Resource exhausted: Out of memory while trying to allocate "
+            "8589934592 bytes.\n",
+            "jax",
+            "allocator",
+            8589934592,
+            id="xla-older-resource-exhausted",
+        ),
+        pytest.param(
+            "terminate called after throwing an instance of 'thrust::system::detail::bad_alloc'\n"
+            "  what():  std::bad_alloc: cudaErrorMemoryAllocation: out of memory\n",
+            "unknown",
+            "disguised",
+            None,
+            id="cuda-error-memory-allocation",
+        ),
+        pytest.param(JUPYTER, "pytorch", "allocator", 20 * 2**20, id="jupyter-ansi-traceback"),
+        pytest.param(
+            "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling "
+            "`cublasCreate(handle)`\n",
+            "pytorch",
+            "disguised",
+            None,
+            id="cublas-alloc-failed",
+        ),
+        pytest.param(
+            "RuntimeError: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling "
+            "`cublasCreate(handle)`\n",
+            "pytorch",
+            "disguised",
+            None,
+            id="cublas-not-initialized",
+        ),
+        pytest.param(
+            "E tensorflow/stream_executor/cuda/cuda_blas.cc:226] failed to create cublas handle: "
+            "CUBLAS_STATUS_NOT_INITIALIZED\n",
+            "tensorflow",
+            "disguised",
+            None,
+            id="cublas-handle",
+        ),
+        pytest.param(
+            "Loading checkpoint shards:  33%|###3      | 1/3 [00:21<00:42, 21.22s/it]Killed\n",
+            "host",
+            "host-kill",
+            None,
+            id="killed-loading-shards",
+        ),
+    ],
+)
+def test_memory_errors_in_forms_seen_in_the_wild_are_recognised(
+    text: str, framework: str, kind: str, requested_bytes: int | None
+) -> None:
+    found = parse_text(text)
+
+    assert found is not None
+    assert (found.framework, found.kind, found.requested_bytes) == (
+        framework,
+        kind,
+        requested_bytes,
+    )
+
+
+def test_killed_while_loading_checkpoint_shards_is_a_host_oom_at_load() -> None:
+    text = "Loading checkpoint shards:  33%|###3      | 1/3 [00:21<00:42, 21.22s/it]Killed\n"
+
+    result = explain_text(text)
+
+    assert result.oom is not None and result.oom.phase == "load"
+    assert [f.rule for f in result.findings][:1] == ["host-oom"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(
+            "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: failed initializing StreamExecutor "
+            "for CUDA device ordinal 0: INTERNAL: failed call to cuDevicePrimaryCtxRetain: "
+            "CUDA_ERROR_OUT_OF_MEMORY: out of memory; total memory reported: 25393692672\n",
+            id="jax-primary-context",
+        ),
+        pytest.param(
+            'Traceback (most recent call last):\n  File "x.py", line 3, in <module>\n'
+            "    torch.zeros(1).cuda()\nRuntimeError: CUDA driver error: out of memory\n",
+            id="torch-driver-at-init",
+        ),
+        pytest.param(
+            "E tensorflow/stream_executor/cuda/cuda_driver.cc:271] failed call to cuInit: "
+            "CUDA_ERROR_OUT_OF_MEMORY: out of memory\n",
+            id="tf-cuinit",
+        ),
+    ],
+)
+def test_no_memory_for_a_context_means_another_process_held_it(text: str) -> None:
+    result = explain_text(text)
+
+    assert result.oom is not None and result.oom.phase == "init"
+    assert result.findings[0].rule == "other-process"
+    assert result.findings[0].confidence >= 0.8
+
+
+def test_a_plain_allocator_oom_is_not_read_as_a_failed_context() -> None:
+    text = "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.78 GiB total)"
+
+    result = explain_text(text)
+
+    assert result.oom is not None and result.oom.phase is None
