@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import REPO_DIR
+from memdoc.rules.confidence import confidence_word
 from memdoc.rules.engine import explain_text
-from memdoc.rules.spec import confidence_word
 
 CORPUS_DIR = REPO_DIR / "tests" / "fixtures" / "corpus"
 INCIDENTS_PATH = CORPUS_DIR / "incidents.jsonl"

@@ -9,10 +9,18 @@ from typing import Any
 
 from memdoc.oom import parse_text
 from memdoc.rules.base import Finding, Rule, RunRule
-from memdoc.rules.confidence import TEXT_ONLY_CAP, capped
+from memdoc.rules.confidence import TEXT_ONLY_CAP, WEAK, Signals, capped
+from memdoc.rules.priors import (
+    BARE_CAUSES,
+    GPU_CAUSES,
+    INCIDENTS,
+    INCIDENTS_BY_CAUSE,
+    is_bare,
+    prior_rank,
+)
 from memdoc.rules.ranks import rank_of
-from memdoc.rules.registry import all_rules, all_run_rules
-from memdoc.rules.spec import count_evidence
+from memdoc.rules.registry import RULES, all_rules, all_run_rules
+from memdoc.rules.spec import RuleSpec, count_evidence
 from memdoc.rules.text_trace import text_trace
 from memdoc.rules.words import explain_in_words
 from memdoc.trace.model import OomInfo
@@ -103,8 +111,8 @@ def _merge_ranks(findings: Iterable[Finding], ranks: int) -> list[Finding]:
 
 
 def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
-    """Most confident first; equal confidence in catalogue order."""
-    return sorted(findings, key=lambda f: (-f.confidence, f.code))
+    """Most confident first; at equal confidence the cause real incidents show more often."""
+    return sorted(findings, key=lambda f: (-f.confidence, prior_rank(f.rule), f.code))
 
 
 @dataclass(frozen=True)
@@ -125,7 +133,44 @@ def explain_text(text: str) -> Explanation:
     if oom is None:
         return Explanation(None)
     trace = text_trace(text, oom)
-    return Explanation(oom, diagnose(trace), list(trace.warnings))
+    findings = diagnose(trace)
+    if is_bare(oom):
+        findings = sort_findings([*findings, *_common_causes(trace, oom, findings)])
+        trace.warnings.append(BARE_WARNING)
+    return Explanation(oom, findings, list(trace.warnings))
+
+
+BARE_WARNING = (
+    "the error gives no numbers, so the text alone cannot tell the cause: the causes are "
+    "ordered by how often each ended real incidents"
+)
+
+
+def _common_causes(trace: Trace, oom: OomInfo, found: Sequence[Finding]) -> list[Finding]:
+    """Weak findings for the most common causes of a bare device error, not found otherwise."""
+    named = {f.rule for f in found}
+    added: list[Finding] = []
+    for slug in GPU_CAUSES[:BARE_CAUSES]:
+        rule = RULES.get(slug)
+        if slug in named or not isinstance(rule, RuleSpec):
+            continue
+        count = INCIDENTS_BY_CAUSE[slug]
+        summary = (
+            "The error gives no numbers, so the text alone cannot tell; this cause ended "
+            f"{count} of {INCIDENTS} real incidents in memdoc's corpus."
+        )
+        evidence = [count_evidence("real incidents with this cause", count)]
+        added.append(
+            rule.finding(
+                trace,
+                Signals(WEAK),
+                summary,
+                evidence,
+                to_confirm="rerun under `memdoc run` to record what filled the memory",
+                frameworks=[oom.framework],
+            )
+        )
+    return added
 
 
 def to_json(oom: OomInfo | None, findings: Sequence[Finding]) -> dict[str, Any]:

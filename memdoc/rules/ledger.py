@@ -7,6 +7,9 @@ from memdoc.trace.model import OomInfo
 
 # The share of a device below which cached memory cannot change the outcome.
 SIGNIFICANT_SHARE = 0.02
+# The share of a device an unused cache must reach before an error text alone makes it a
+# plausible reason: smaller caches sit beside jobs that are simply too big.
+SIZEABLE_CACHE_SHARE = 0.1
 
 
 def pool_bytes(oom: OomInfo) -> int | None:
@@ -30,6 +33,11 @@ def cached_unused_bytes(oom: OomInfo) -> int | None:
     if oom.bfc_limit_bytes is not None and oom.bfc_in_use_bytes is not None:
         return oom.bfc_limit_bytes - oom.bfc_in_use_bytes
     return None
+
+
+def sizeable_cache(cached_bytes: float, total_bytes: float | None) -> bool:
+    """Whether an unused cache is a real share of the device (True when the size is unknown)."""
+    return total_bytes is None or cached_bytes >= SIZEABLE_CACHE_SHARE * total_bytes
 
 
 def significant(num_bytes: float, total_bytes: float | None) -> bool:

@@ -20,7 +20,7 @@ from memdoc.rules.facts import (
     step_phase,
 )
 from memdoc.rules.host import host_limits, on_host, resident_at_failure
-from memdoc.rules.ledger import cached_unused_bytes, held_bytes, significant
+from memdoc.rules.ledger import cached_unused_bytes, held_bytes, sizeable_cache
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
@@ -277,7 +277,7 @@ job fails in the first steps, or on the first unusually long or large input.
                 "device: look at what else holds the memory first."
             )
             signals = Signals(WEAK)
-        elif cached is not None and cached >= requested and significant(cached, total):
+        elif cached is not None and cached >= requested and sizeable_cache(cached, total):
             summary = "The request would have fit in the pool's unused cache: see fragmentation."
             signals = Signals(WEAK)
         else:

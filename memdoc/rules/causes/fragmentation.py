@@ -14,7 +14,7 @@ from memdoc.rules.facts import (
     series_named,
     sum_at,
 )
-from memdoc.rules.ledger import cached_unused_bytes, significant
+from memdoc.rules.ledger import cached_unused_bytes, significant, sizeable_cache
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
@@ -125,13 +125,18 @@ can and retries; when that fails too, you get an out-of-memory error while gigab
         free = oom.free_bytes if oom.free_bytes is not None else _device_free(trace, fail, device)
         largest = _largest_free(trace, fail, device)
         if cached >= requested:
+            # From a message alone, a cache larger than the request is as common in jobs that
+            # are simply too big; only a recording of the pool over time makes it likely.
             level = LIKELY
+            if trace.is_text_only:
+                sizeable = sizeable_cache(cached, device_total(trace, device, oom))
+                level = POSSIBLE if sizeable else WEAK
             summary = (
                 f"The pool held {format_bytes(cached)} it was not using, more than the "
                 f"{format_bytes(requested)} requested, but not in one piece."
             )
         elif free is not None and cached + free >= requested and cached >= requested / 4:
-            level = POSSIBLE
+            level = WEAK if trace.is_text_only else POSSIBLE
             summary = (
                 f"Cached-but-unused {format_bytes(cached)} plus {format_bytes(free)} free on the "
                 f"device would have covered the {format_bytes(requested)} request."

@@ -1,0 +1,55 @@
+"""A bare error is read through how often each cause ends real incidents."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from benchmarks.corpus import load_incidents
+from memdoc.rules.engine import BARE_WARNING, explain_text
+from memdoc.rules.priors import BARE_CAUSES, GPU_CAUSES, INCIDENTS_BY_CAUSE, prior_rank
+
+
+def test_the_prior_table_is_the_count_of_the_corpus_development_half() -> None:
+    counted = Counter(i.root_cause for i in load_incidents() if i.split == "dev")
+
+    assert INCIDENTS_BY_CAUSE == dict(counted)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("RuntimeError: CUDA error: out of memory\n", id="cuda-error"),
+        pytest.param("CUDA out of memory\n", id="bare-words"),
+        pytest.param("torch.cuda.OutOfMemoryError: Allocation on device\n", id="allocation"),
+    ],
+)
+def test_a_bare_error_names_the_commonest_causes_and_says_the_text_cannot_tell(
+    text: str,
+) -> None:
+    result = explain_text(text)
+
+    ranked = [f.rule for f in result.findings]
+    assert ranked[:BARE_CAUSES] == list(GPU_CAUSES[:BARE_CAUSES])
+    assert all(f.confidence < 0.4 for f in result.findings)
+    assert BARE_WARNING in result.warnings
+    added = [f for f in result.findings if "cannot tell" in f.summary]
+    assert added
+
+
+def test_an_error_with_numbers_is_not_read_through_the_priors() -> None:
+    text = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+        "total capacity of 23.65 GiB of which 1.00 GiB is free.\n"
+    )
+
+    result = explain_text(text)
+
+    assert BARE_WARNING not in result.warnings
+    assert not any("cannot tell" in f.summary for f in result.findings)
+
+
+def test_equal_confidence_goes_to_the_commoner_cause() -> None:
+    assert prior_rank("activations-too-large") < prior_rank("fragmentation")
+    assert prior_rank("not-a-rule") == len(INCIDENTS_BY_CAUSE)
