@@ -23,7 +23,8 @@ _PHASE = re.compile(
     r"|(?P<compile>\bin (?:compile_fx|compile_fx_inner|fx_codegen_and_compile|backend_compile"
     r"|compile_or_get_cached|_cached_compilation|lower_sharding_computation)\b)"
     r"|(?P<init>cuDevicePrimaryCtxRetain|cuCtxCreate|failed call to cuInit"
-    r"|CUDA driver error: out of memory|failed initializing StreamExecutor)"
+    r"|CUDA driver error: out of memory|failed initializing StreamExecutor"
+    r"|CUDA runtime implicit initialization on \S{1,20} failed\. Status: out of memory)"
     r"|(?P<train>\bin (?:train_step|training_step|_training_step|train_one_epoch|train_epoch"
     r"|backward|fit|train)\b|__inference_train_function|\.backward\(|optimizer\.step\()"
 )

@@ -17,6 +17,10 @@ _NEEDLES = (
     "that was not possible",
     "ran out of memory in memory space",
 )
+# Older XLA clients' "Resource exhausted: Out of memory while trying to allocate N bytes."
+# as logs wrap it: "Out" ends one line and "of memory" starts the next.
+_SPLIT_HEAD = "resource exhausted: out"
+_SPLIT_TAIL = "of memory while trying to allocate"
 # The request, most exact wording first ("(6727663616B)" beats "6.27GiB").
 _REQUESTS = (
     loose(rf"Out of memory while trying to allocate ({INT}) bytes"),
@@ -63,6 +67,9 @@ def find(log: LogText) -> list[Hit]:
     anchors: dict[int, int] = {}
     for needle in _NEEDLES:
         for line, column in log.anchors(needle):
+            anchors.setdefault(line, column)
+    for line, column in log.anchors(_SPLIT_HEAD):
+        if log.lower_head(line + 1).lstrip().startswith(_SPLIT_TAIL):
             anchors.setdefault(line, column)
     hits = []
     for line in sorted(anchors):

@@ -175,3 +175,34 @@ def test_a_plain_allocator_oom_is_not_read_as_a_failed_context() -> None:
     result = explain_text(text)
 
     assert result.oom is not None and result.oom.phase is None
+
+
+def test_an_older_xla_error_wrapped_between_out_and_of_memory_is_recognised() -> None:
+    text = (
+        "[1] 2019-06-13 01:17:08.886805: E external/org_tensorflow/tensorflow/compiler/xla/"
+        "python/local_client.cc:672] Execution of replica 0 failed: Resource exhausted: Out \n"
+        "of memory while trying to allocate 5520758552 bytes.\n"
+    )
+
+    found = parse_text(text)
+
+    assert found is not None
+    assert (found.framework, found.requested_bytes) == ("jax", 5520758552)
+
+
+def test_a_wrapped_line_that_only_ends_in_out_is_not_a_memory_error() -> None:
+    text = "Resource exhausted: Out\nof quota for this project.\n"
+
+    assert parse_text(text) is None
+
+
+def test_tensorflow_runtime_init_without_memory_is_a_failed_context() -> None:
+    text = (
+        "tensorflow.python.framework.errors_impl.InternalError: CUDA runtime implicit "
+        "initialization on GPU:0 failed. Status: out of memory\n"
+    )
+
+    result = explain_text(text)
+
+    assert result.oom is not None and result.oom.phase == "init"
+    assert result.findings[0].rule == "other-process"

@@ -184,6 +184,12 @@ def _oom_in(file: str, function: str) -> str:
             "torch/utils/checkpoint.py", "forward", "checkpoint-load-spike", False, id="recompute"
         ),
         pytest.param("train.py", "load_latest", "eval-without-no-grad", False, id="latest"),
+        pytest.param(
+            "repo/evaluate.py", "<module>", "eval-without-no-grad", True, id="eval-script"
+        ),
+        pytest.param("repo/test.py", "<module>", "eval-without-no-grad", True, id="test-script"),
+        pytest.param("test/train.py", "<module>", "eval-without-no-grad", False, id="train-script"),
+        pytest.param("latest.py", "<module>", "eval-without-no-grad", False, id="latest-script"),
     ],
 )
 def test_frame_names_are_read_word_by_word(

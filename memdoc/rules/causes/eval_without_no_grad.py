@@ -50,6 +50,8 @@ EVAL_WORDS = (
     "beam search",
     "greedy search",
 )
+# Words of a script's own name that say it evaluates (`evaluate.py`, `test.py`, `infer.py`).
+EVAL_SCRIPT_WORDS = (*EVAL_WORDS, "test")
 # Frames that show `torch.no_grad()` / `inference_mode()` used as a decorator.
 _GRAD_OFF_FILES = r"autograd[/\\]grad_mode\.py|utils[/\\]_contextlib\.py"
 # Evaluation under no_grad adds roughly one batch of activations; with autograd on it adds
@@ -208,8 +210,19 @@ graph alive for as long as they are referenced, for example in a list of predict
 
 def _in_eval_frames(fail: Failure) -> bool:
     """The error came from evaluation code that did not turn gradients off."""
-    in_eval = fail.in_frames(function_words=EVAL_WORDS) or fail.oom.phase == "eval"
+    in_eval = (
+        fail.in_frames(function_words=EVAL_WORDS)
+        or fail.oom.phase == "eval"
+        or any(_eval_script(frame) for frame in fail.stack)
+    )
     return in_eval and not fail.in_frames(file_pattern=_GRAD_OFF_FILES)
+
+
+def _eval_script(frame: str) -> bool:
+    """The top level of a script named for evaluation (`evaluate.py`, `test.py`)."""
+    file, _, function = frame_parts(frame)
+    script = re.split(r"[/\\]", file)[-1]
+    return function in ("<module>", "main") and has_words(script, EVAL_SCRIPT_WORDS)
 
 
 def _eval_frame(fail: Failure) -> str | None:
