@@ -10,6 +10,30 @@ from typing import Protocol
 
 from memdoc.errors import MemdocError, OutputExistsError
 
+# The exit status of `explain` and `diagnose`, for CI scripts: a memory problem is an
+# answer, not an error. 1 is memdoc failing; 2 a usage error or an input it cannot use.
+NO_MEMORY_PROBLEM = 0
+MEMORY_PROBLEM_FOUND = 3
+INTERNAL_ERROR = 1
+FINDINGS_EXIT_HELP = (
+    "exit status: 0 no memory problem found, 3 memory problem found (a memory error or a "
+    "finding), 1 memdoc itself failed, 2 usage error or an input it cannot use"
+)
+
+
+def findings_exit_code(found: bool) -> int:
+    """3 when a memory problem was found, else 0."""
+    return MEMORY_PROBLEM_FOUND if found else NO_MEMORY_PROBLEM
+
+
+def internal_error(exc: Exception) -> MemdocError:
+    """An unexpected failure of memdoc itself, as one line with exit status 1."""
+    return MemdocError(
+        f"memdoc failed ({type(exc).__name__}: {exc})",
+        exit_code=INTERNAL_ERROR,
+        hint="this is a bug in memdoc; please report it with the input",
+    )
+
 
 class Command(Protocol):
     """A subcommand module: `NAME`, `HELP`, `add_arguments(parser)`, `run(args) -> int`."""

@@ -9,7 +9,13 @@ import sys
 from rich.console import Console, Group
 from rich.text import Text
 
-from memdoc.cli.common import read_text_input, warn
+from memdoc.cli.common import (
+    FINDINGS_EXIT_HELP,
+    findings_exit_code,
+    internal_error,
+    read_text_input,
+    warn,
+)
 from memdoc.errors import MemdocError
 from memdoc.report.terminal import findings_view
 from memdoc.rules.engine import Explanation, explain_in_words, explain_text, to_json
@@ -34,6 +40,7 @@ _KINDS = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = FINDINGS_EXIT_HELP
     parser.add_argument(
         "file", nargs="?", metavar="FILE", help="error text or log file; - (or a pipe) for stdin"
     )
@@ -43,6 +50,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except (MemdocError, BrokenPipeError):
+        raise
+    except Exception as exc:  # one line and status 1, never a traceback
+        raise internal_error(exc) from exc
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.file is None and sys.stdin.isatty():
         raise MemdocError(
             "no error text given",
@@ -56,18 +72,19 @@ def run(args: argparse.Namespace) -> int:
     result = explain_text(read_text_input(args.file))
     for warning in result.warnings:
         warn(warning)
+    code = findings_exit_code(result.oom is not None or bool(result.findings))
     if args.json:
         print(json.dumps(to_json(result.oom, result.findings), indent=2))
-        return 0
+        return code
     console = Console(highlight=False)
     if console.is_terminal:
         render(result, console)
-        return 0
+        return code
     # Piped: the same text without the padding spaces rich adds to fill the width.
     with console.capture() as captured:
         render(result, console)
     sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
-    return 0
+    return code
 
 
 def render(result: Explanation, console: Console) -> None:

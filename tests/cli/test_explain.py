@@ -36,7 +36,7 @@ def test_explain_reads_the_error_from_stdin() -> None:
     result = run_memdoc("explain", input=SGLANG.read_bytes())
 
     out = result.stdout.decode()
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr
     assert out.startswith("PyTorch: out of memory on GPU 0\n")
     assert "Of 15.6 GiB on GPU 0, 71.2 MiB were free" in out
     assert "activations-too-large" in out
@@ -46,7 +46,7 @@ def test_explain_reads_a_log_file_and_puts_the_best_finding_first() -> None:
     result = run_memdoc("explain", str(CROSSFIT))
 
     out = result.stdout.decode()
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr
     why = out.split("Why, and what to change", 1)[1]
     assert why.lstrip().startswith("1. Free memory is cached in the pool but not in one piece")
     assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in why
@@ -56,7 +56,7 @@ def test_explain_json_prints_the_contract() -> None:
     result = run_memdoc("explain", str(CROSSFIT), "--json")
 
     data = json.loads(result.stdout)
-    assert result.returncode == 0
+    assert result.returncode == 3
     assert data["oom"]["framework"] == "pytorch"
     used = round(36.53 * 1024**3)  # "Process 445260 has 36.53 GiB memory in use"
     assert data["oom"]["processes"] == [{"pid": 445260, "used_bytes": used, "this_process": False}]
@@ -64,7 +64,7 @@ def test_explain_json_prints_the_contract() -> None:
 
 
 @pytest.mark.parametrize("as_json", [pytest.param(False, id="text"), pytest.param(True, id="json")])
-def test_a_text_without_a_memory_error_says_so_and_succeeds(as_json: bool) -> None:
+def test_a_text_without_a_memory_error_says_so_and_exits_0(as_json: bool) -> None:
     result = run_memdoc("explain", *(["--json"] if as_json else []), input=NOT_MEMORY)
 
     assert result.returncode == 0
@@ -113,10 +113,50 @@ def test_explain_output_matches_its_reviewed_golden(
     monkeypatch.setenv("COLUMNS", "88")
     monkeypatch.delenv("FORCE_COLOR", raising=False)
 
-    assert main(["explain", str(GOLDEN_INPUTS[name])]) == 0
+    assert main(["explain", str(GOLDEN_INPUTS[name])]) == 3
 
     out = capsys.readouterr().out
     golden = GOLDEN / f"explain-{name}.txt"
     if os.environ.get("MEMDOC_UPDATE_GOLDEN"):
         golden.write_text(out, encoding="utf-8")
     assert out == golden.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("text", "status"),
+    [
+        pytest.param(b"RuntimeError: CUDA error: out of memory\n", 3, id="memory-error-3"),
+        pytest.param(b"ValueError: shapes (3,) and (4,) not aligned\n", 0, id="no-memory-error-0"),
+    ],
+)
+def test_the_exit_status_says_whether_a_memory_problem_was_found(text: bytes, status: int) -> None:
+    for extra in ([], ["--json"]):
+        assert run_memdoc("explain", *extra, input=text).returncode == status
+
+
+def test_help_documents_the_exit_status() -> None:
+    result = run_memdoc("explain", "--help")
+
+    out = result.stdout.decode()
+    assert result.returncode == 0
+    assert "0 no memory problem found" in out and "3 memory problem found" in out
+    assert "1 memdoc itself failed" in out and "2 usage error" in out
+
+
+def test_a_failure_inside_memdoc_is_one_line_and_status_1(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The only stand-in here: a rule engine that breaks, to see how the command fails.
+    def broken(text: str) -> None:
+        raise RuntimeError("rule engine broke")
+
+    monkeypatch.setattr("memdoc.cli.explain.explain_text", broken)
+    log = tmp_path / "crash.log"
+    log.write_text("RuntimeError: CUDA error: out of memory\n")
+
+    status = main(["explain", str(log)])
+
+    err = capsys.readouterr().err
+    assert status == 1
+    assert err.startswith("memdoc: error: memdoc failed (RuntimeError: rule engine broke)")
+    assert "Traceback" not in err

