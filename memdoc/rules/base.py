@@ -37,6 +37,7 @@ class Fix:
     title: str
     code: str
     language: str = "python"  # how to highlight `code`: "python" or "bash"
+    gpu_only: bool = False  # a GPU setting (CUDA allocator, cache): no use on a CPU-only run
 
     def to_dict(self) -> dict[str, Any]:
         return {

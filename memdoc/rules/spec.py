@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import Signals
+from memdoc.rules.host import gpu_recorded, on_host
 from memdoc.trace.model import FRAMEWORK_NAMES as PEOPLE_NAMES
 from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes, format_duration, format_percent
@@ -62,6 +64,7 @@ class RuleSpec:
         Its confidence follows from `signals` alone (see `memdoc.rules.confidence`).
         `fixes` narrows the rule's fixes to those the evidence calls for.
         """
+        chosen = fixes_for(self.fixes if fixes is None else fixes, frameworks)
         return Finding(
             rule=self.slug,
             code=self.code,
@@ -69,7 +72,7 @@ class RuleSpec:
             confidence=signals.confidence,
             summary=summary,
             evidence=tuple(evidence),
-            fixes=fixes_for(self.fixes if fixes is None else fixes, frameworks),
+            fixes=fixes_for_host(chosen) if cpu_only(trace) else chosen,
             to_confirm=to_confirm,
             rank=trace.rank,
             extra=dict(extra or {}),
@@ -83,6 +86,35 @@ def fixes_for(fixes: Sequence[Fix], frameworks: Sequence[str]) -> tuple[Fix, ...
         return tuple(fixes)
     chosen = tuple(f for f in fixes if f.framework == "any" or f.framework in known)
     return chosen or tuple(fixes)
+
+
+# How a fix names the GPU it runs on, and what it says instead on a CPU-only run.
+_ON_CPU = (
+    ('device_type="cuda"', 'device_type="cpu"'),
+    ('device="cuda"', 'device="cpu"'),
+    ("torch.float16", "torch.bfloat16"),  # CPU autocast computes in bf16
+    ('"mixed_float16"', '"mixed_bfloat16"'),
+)
+
+
+def cpu_only(trace: Trace) -> bool:
+    """True when the run used no GPU: the memory that ran out, or every device seen, is host."""
+    oom = trace.ending_oom()
+    if oom is not None:
+        return on_host(trace, oom)
+    return not trace.is_text_only and not gpu_recorded(trace)
+
+
+def fixes_for_host(fixes: Sequence[Fix]) -> tuple[Fix, ...]:
+    """The fixes as they apply on a CPU-only run: GPU settings left out, devices renamed."""
+    kept = [f for f in fixes if not f.gpu_only] or list(fixes)
+    out = []
+    for fix in kept:
+        code = fix.code
+        for gpu, cpu in _ON_CPU:
+            code = code.replace(gpu, cpu)
+        out.append(dataclasses.replace(fix, code=code))
+    return tuple(out)
 
 
 def render_doc(rule: RuleSpec) -> str:

@@ -56,6 +56,7 @@ processes that touch CUDA add one context each.
             device = torch.device("cuda", local_rank)
             """
             ),
+            gpu_only=True,
         ),
         Fix(
             "pytorch",
@@ -67,12 +68,14 @@ processes that touch CUDA add one context each.
             "Load CUDA kernels lazily to shrink each context",
             "export CUDA_MODULE_LOADING=LAZY",
             "bash",
+            gpu_only=True,
         ),
         Fix(
             "any",
             "Give each process only its GPU",
             "CUDA_VISIBLE_DEVICES=$LOCAL_RANK python worker.py",
             "bash",
+            gpu_only=True,
         ),
     )
     references = (

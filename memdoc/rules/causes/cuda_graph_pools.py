@@ -77,11 +77,13 @@ the total can be gigabytes.
                 out2 = model(static_in2)
             """
             ),
+            gpu_only=True,
         ),
         Fix(
             "pytorch",
             "Capture fewer graphs (fewer batch sizes or shapes)",
             'model = torch.compile(model, mode="max-autotune-no-cudagraphs")',
+            gpu_only=True,
         ),
         Fix(
             "any",

@@ -60,12 +60,14 @@ can and retries; when that fails too, you get an out-of-memory error while gigab
             "Let segments grow instead of splitting (PyTorch 2.1 and later)",
             "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
             "bash",
+            gpu_only=True,
         ),
         Fix(
             "pytorch",
             "Stop the allocator from splitting large blocks",
             "export PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512",
             "bash",
+            gpu_only=True,
         ),
         Fix(
             "pytorch",
@@ -78,12 +80,14 @@ can and retries; when that fails too, you get an out-of-memory error while gigab
             torch.cuda.empty_cache()
             """
             ),
+            gpu_only=True,
         ),
         Fix(
             "tensorflow",
             "Use CUDA's stream-ordered allocator instead of BFC",
             "export TF_GPU_ALLOCATOR=cuda_malloc_async",
             "bash",
+            gpu_only=True,
         ),
         Fix(
             "pytorch",

@@ -58,6 +58,7 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
             torch.cuda.set_per_process_memory_fraction(1.0, device=0)
             """
             ),
+            gpu_only=True,
         ),
         Fix(
             "jax",

@@ -87,6 +87,7 @@ it on one device.
             )
             """
             ),
+            gpu_only=True,
         ),
         Fix(
             "pytorch",
@@ -98,6 +99,7 @@ it on one device.
             model = FSDP(model)
             """
             ),
+            gpu_only=True,
         ),
         Fix(
             "jax",

@@ -61,6 +61,7 @@ initialization failed", "Could not create cudnn handle".
             torch.cuda.set_per_process_memory_fraction(0.5, device=0)
             """
             ),
+            gpu_only=True,
         ),
     )
     references = (

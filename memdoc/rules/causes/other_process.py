@@ -76,7 +76,11 @@ keep their memory until they are stopped.
         ),
         Fix("any", "Stop leftovers of an earlier run (check the PID first)", "kill <PID>", "bash"),
         Fix(
-            "any", "Run on a GPU nobody else uses", "CUDA_VISIBLE_DEVICES=1 python train.py", "bash"
+            "any",
+            "Run on a GPU nobody else uses",
+            "CUDA_VISIBLE_DEVICES=1 python train.py",
+            "bash",
+            gpu_only=True,
         ),
         Fix(
             "tensorflow",

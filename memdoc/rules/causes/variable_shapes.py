@@ -64,6 +64,7 @@ step reuse the same blocks and compiled programs.
             "Let the pool grow segments in place instead of caching odd-sized blocks",
             "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
             "bash",
+            gpu_only=True,
         ),
         Fix(
             "tensorflow",

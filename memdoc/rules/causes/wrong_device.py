@@ -64,6 +64,7 @@ checkpoints saved on GPU 0 and loaded without `map_location`, end up on GPU 0.
             model = model.to(f"cuda:{local_rank}")
             """
             ),
+            gpu_only=True,
         ),
         Fix(
             "tensorflow",
@@ -93,6 +94,7 @@ checkpoints saved on GPU 0 and loaded without `map_location`, end up on GPU 0.
             "Show the process only the GPU it should use",
             "CUDA_VISIBLE_DEVICES=1 python train.py",
             "bash",
+            gpu_only=True,
         ),
     )
     references = (
