@@ -93,7 +93,7 @@ def render(result: Explanation, console: Console) -> None:
         console.print(NO_MEMORY_ERROR)
         return
     console.print(Text(headline(result.oom), style="bold red"))
-    console.print(explain_in_words(result.oom))
+    console.print(Text(explain_in_words(result.oom)))  # op names carry [brackets]
     if result.findings:
         shown = [f for f in result.findings if f.confidence >= SHOWN_IN_FULL]
         shown = shown or result.findings[:1]

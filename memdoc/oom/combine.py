@@ -114,7 +114,7 @@ def _same_family(context: Hit, hit: Hit) -> bool:
 def _echo(first: Hit, hit: Hit, gap: int) -> bool:
     """Whether `hit` repeats the error `first` (same failure printed again)."""
     a, b = first.info, hit.info
-    if a.kind != b.kind or a.library != b.library:
+    if not _same_kind(a, b) or a.library != b.library:
         return False
     if a.framework != b.framework and "unknown" not in (a.framework, b.framework):
         return False
@@ -125,6 +125,14 @@ def _echo(first: Hit, hit: Hit, gap: int) -> bool:
     if first.key or hit.key:
         return gap <= ADJACENT_GAP
     return gap <= DUPLICATE_GAP
+
+
+def _same_kind(a: OomInfo, b: OomInfo) -> bool:
+    """Equal kinds; or XLA's error with its buffer assignment and the bare line JAX re-raises."""
+    return a.kind == b.kind or (
+        {a.kind, b.kind} == {"compile", "allocator"}
+        and bool({a.framework, b.framework} <= _XLA_FAMILY)
+    )
 
 
 def _merge(incident: _Incident, log: LogText) -> OomInfo:

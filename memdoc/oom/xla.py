@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from memdoc.oom.context import guess_framework
 from memdoc.oom.fields import INT, SIZE, first_group, first_known, is_huge, loose, to_bytes, to_int
@@ -35,6 +36,11 @@ _FREE = loose(rf"There are ({SIZE}) free")
 _HBM_USED = loose(rf"Used ({SIZE}) of ({SIZE}) \w{{1,20}}")
 _HBM_CAPACITY = loose(rf"HBM capacity ({SIZE})")
 _TEMP = (loose(rf"preallocated temp allocation: ({SIZE})"), loose(rf"HLO temp ({SIZE})"))
+_TOTAL_ALLOCATION = loose(rf"total allocation: ({SIZE})")
+_PARAMETERS = loose(rf"parameter allocation: ({SIZE})")
+_OUTPUTS = loose(rf"maybe_live_out allocation: ({SIZE})")
+_SOURCE = re.compile(r'source_file="([^"]{1,500})" source_line=(\d{1,9})')
+_XLA_SHAPE = re.compile(r"^([a-z]{1,4}\d{0,3})\[([\d,]{0,200})\]")
 _SIZE_LINE = re.compile(rf"^(?:\d{{1,3}}\.\s{{0,3}})?Size: ({SIZE})", re.IGNORECASE)
 _LABEL_LINE = re.compile(r"^XLA Label: (\S{1,100})")
 _SHAPE_LINE = re.compile(r"^(?:Shape|Entry Parameter Subshape): (\S{1,300})")
@@ -56,6 +62,7 @@ class _Buffer:
     label: str | None = None
     shape: str | None = None
     op: str | None = None
+    source: str | None = None  # "file:line" of the op that made it
 
     def describe(self) -> str:
         text = " ".join(part for part in (self.label, self.shape) if part) or "buffer"
@@ -112,7 +119,11 @@ def _hit(log: LogText, line: int, window: Window) -> Hit:
         xla_program=_program(window, buffers),
         xla_buffers=tuple((b.describe(), b.size) for b in buffers),
         xla_temp_bytes=temp,
+        xla_total_bytes=to_bytes(first_group(_TOTAL_ALLOCATION.search(text))),
+        xla_parameter_bytes=to_bytes(first_group(_PARAMETERS.search(text))),
+        xla_output_bytes=to_bytes(first_group(_OUTPUTS.search(text))),
         rank=rank_of(log.lines[line][:200]),
+        **_largest_buffer(buffers),
     )
     return Hit(
         line=start,
@@ -163,8 +174,24 @@ def _buffers(window: Window) -> list[_Buffer]:
         op = first_group(_OP_NAME.search(part))
         if op and current.op is None:
             current.op = op
+        source = _SOURCE.search(part)
+        if source is not None and current.source is None:
+            current.source = f"{source.group(1)}:{source.group(2)}"
     buffers.sort(key=lambda b: b.size, reverse=True)
     return buffers[:MAX_BUFFERS]
+
+
+def _largest_buffer(buffers: list[_Buffer]) -> dict[str, Any]:
+    """The op, shape, dtype and source line of the largest buffer, where the text says."""
+    if not buffers:
+        return {}
+    largest = buffers[0]
+    out: dict[str, Any] = {"op": largest.op or largest.label, "source": largest.source}
+    shape = _XLA_SHAPE.match(largest.shape or "")
+    if shape is not None:
+        out["dtype"] = shape.group(1)
+        out["shape"] = tuple(int(d) for d in shape.group(2).split(",") if d)
+    return out
 
 
 def _program(window: Window, buffers: list[_Buffer]) -> str | None:

@@ -97,6 +97,13 @@ def step_phase(fail: Failure) -> str | None:
     return None
 
 
+def planned_by_xla(oom: OomInfo) -> bool:
+    """An XLA error that shows the compiled program's buffer plan (its working memory)."""
+    return bool(oom.xla_buffers or oom.xla_temp_bytes or oom.xla_total_bytes) or (
+        oom.kind == "compile"
+    )
+
+
 def innermost_frames(fail: Failure, count: int = 2) -> str:
     """The last frames of the stack, short: "activation.py:143 forward → functional.py:17 relu"."""
     return " → ".join(short_frame(frame) for frame in fail.stack[-count:])

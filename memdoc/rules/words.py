@@ -53,11 +53,34 @@ def explain_in_words(oom: OomInfo) -> str:
         )
     if oom.limit_bytes:
         clauses.append(f"a cap of {size(oom.limit_bytes)} was configured")
-    if oom.xla_temp_bytes:
-        clauses.append(f"the compiled program needed {size(oom.xla_temp_bytes)} of temporaries")
+    clauses.append(_program(oom))
     clauses.append(_request(oom))
     text = "; ".join(c for c in clauses if c)
     return text[0].upper() + text[1:] + "."
+
+
+def _program(oom: OomInfo) -> str:
+    """XLA's buffer assignment: the program's total and its parts, where the text gives them."""
+    parts = [
+        f"{label} {size(value)}"
+        for label, value in (
+            ("parameters", oom.xla_parameter_bytes),
+            ("outputs", oom.xla_output_bytes),
+            ("temporaries", oom.xla_temp_bytes),
+        )
+        if value is not None
+    ]
+    if oom.xla_total_bytes:
+        detail = f" ({', '.join(parts)})" if parts else ""
+        return f"the compiled program's buffers came to {size(oom.xla_total_bytes)}{detail}"
+    if oom.xla_temp_bytes:
+        return f"the compiled program needed {size(oom.xla_temp_bytes)} of temporaries"
+    return ""
+
+
+def _short_source(source: str) -> str:
+    """ "models.py:689" from "/long/path/models.py:689"."""
+    return source.replace("\\", "/").rsplit("/", 1)[-1]
 
 
 def _where(oom: OomInfo) -> str:
@@ -99,6 +122,9 @@ def _request(oom: OomInfo) -> str:
         what = (
             f"the tensor of shape {list(oom.shape)}{f' ({oom.dtype})' if oom.dtype else ''} needed"
         )
+    if oom.xla_buffers and oom.op:
+        where = f" at {_short_source(oom.source)}" if oom.source else ""
+        what = f"the largest buffer, {oom.op}{where}, " + what.replace("the tensor", "a tensor")
     if oom.requested_bytes:
         return f"{what} {size(oom.requested_bytes)}"
     if oom.shape is not None:

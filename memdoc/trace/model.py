@@ -255,6 +255,10 @@ class OomInfo:
     xla_program: str | None = None
     xla_buffers: tuple[tuple[str, int], ...] = ()  # (description, bytes), largest first
     xla_temp_bytes: int | None = None
+    xla_total_bytes: int | None = None  # every buffer of the program together
+    xla_parameter_bytes: int | None = None  # its inputs
+    xla_output_bytes: int | None = None  # what it returns ("maybe_live_out")
+    source: str | None = None  # "file:line" of the failing op, when the text names it
     # Context: the operation or library that failed, e.g. "cudnn", "cublas", "nccl".
     library: str | None = None
     phase: str | None = None  # "load", "eval", "train", "compile", when the text tells

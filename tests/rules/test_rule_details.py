@@ -9,6 +9,7 @@ import pytest
 from memdoc.rules.confidence import confidence_word
 from memdoc.rules.engine import diagnose, explain_text
 from memdoc.rules.registry import RULES
+from memdoc.rules.words import explain_in_words
 from memdoc.trace import load_trace
 from tests.rules.fixture_cases import RULE_FIXTURES
 from tests.rules.host_scenarios import RANK_PIDS
@@ -198,3 +199,43 @@ def test_frame_names_are_read_word_by_word(
     confidence = _finding(_oom_in(file, function), slug)
 
     assert (confidence is not None) is fires
+
+
+def test_a_jax_dump_is_explained_with_its_buffer_plan_op_shape_and_source_line() -> None:
+    text = (RULE_FIXTURES / "xla-temp-buffers" / "hit-buffer-assignment-echoed.txt").read_text()
+
+    result = explain_text(text)
+
+    oom = result.oom
+    assert oom is not None and oom.line == 4, "the line where the error first appears"
+    assert (oom.xla_total_bytes, oom.xla_parameter_bytes, oom.xla_output_bytes) == (
+        12 * 2**20,
+        6 * 2**20,
+        6 * 2**20,
+    )
+    assert oom.xla_temp_bytes == 0 and oom.shape == (4096, 128, 3) and oom.dtype == "f32"
+    assert oom.op is not None and oom.op.endswith("concatenate[dimension=0]")
+    assert oom.source == "/media/gccrcv/Data/Opensources/multinerf/internal/models.py:689"
+    words = explain_in_words(oom)
+    assert "12 MiB (parameters 6 MiB, outputs 6 MiB, temporaries 0 B)" in words
+    assert "models.py:689" in words
+    top = result.findings[0]
+    assert top.rule == "xla-temp-buffers"
+    assert any("models.py:689" in e.text for e in top.evidence)
+
+
+def test_an_xla_plan_above_the_device_is_working_memory_before_a_single_allocation() -> None:
+    text = (RULE_FIXTURES / "xla-temp-buffers" / "hit-plan-above-hbm.txt").read_text()
+
+    ranked = [f.rule for f in explain_text(text).findings]
+
+    assert ranked[0] == "xla-temp-buffers"
+    assert "single-allocation-too-large" in ranked[1:]
+
+
+def test_a_plain_request_above_the_device_stays_a_single_allocation() -> None:
+    text = (
+        RULE_FIXTURES / "single-allocation-too-large" / "hit-request-above-device.txt"
+    ).read_text()
+
+    assert explain_text(text).findings[0].rule == "single-allocation-too-large"

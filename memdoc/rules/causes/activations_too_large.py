@@ -300,7 +300,7 @@ job fails in the first steps, or on the first unusually long or large input.
         )
 
     def _without_sizes(self, trace: Trace, oom: OomInfo) -> Finding:
-        if oom.shape is not None:
+        if oom.shape is not None and not oom.xla_buffers:
             signals = Signals(LIKELY)
             summary = (
                 f"A tensor of shape {list(oom.shape)} did not fit: the per-step working set "

@@ -12,6 +12,7 @@ from memdoc.rules.facts import (
     failure,
     framework_at,
     frameworks,
+    planned_by_xla,
 )
 from memdoc.rules.host import (
     Held,
@@ -117,6 +118,21 @@ volume processed at once, or a convolution asking for a huge workspace.
     )
 
     def check(self, trace: Trace) -> Finding | None:
+        found = self._check(trace)
+        fail = failure(trace)
+        if found is None or fail is None or not planned_by_xla(fail.oom):
+            return found
+        if fail.oom.requested_unknown_huge:
+            return found
+        # XLA's buffer plan is the program's working memory: batch size and remat change it.
+        summary = (
+            found.summary + " It is the compiled program's working memory, which a smaller "
+            "batch or rematerialisation shrinks: see xla-temp-buffers first."
+        )
+        involved = frameworks(trace, fail.oom)
+        return self.finding(trace, Signals(POSSIBLE), summary, found.evidence, frameworks=involved)
+
+    def _check(self, trace: Trace) -> Finding | None:
         fail = failure(trace)
         if fail is None:
             return None

@@ -148,12 +148,21 @@ sequences scale the temporaries.
     def _planned(self, trace: Trace, fail: Failure, involved: list[str]) -> Finding:
         oom = fail.oom
         evidence: list[Evidence] = []
+        for label, value in (
+            ("all buffers of the program", oom.xla_total_bytes),
+            ("parameters", oom.xla_parameter_bytes),
+            ("outputs", oom.xla_output_bytes),
+        ):
+            if value is not None:
+                evidence.append(bytes_evidence(label, value))
         if oom.xla_temp_bytes:
             evidence.append(bytes_evidence("temporary buffers of the program", oom.xla_temp_bytes))
         for description, size in oom.xla_buffers[:3]:
             evidence.append(bytes_evidence(f"large buffer {description}", size))
         if oom.requested_bytes:
             evidence.append(bytes_evidence("requested", oom.requested_bytes))
+        if oom.source:
+            evidence.append(Evidence(f"largest buffer made at: {oom.source}"))
         temp_dominates = bool(
             oom.xla_temp_bytes
             and oom.requested_bytes
