@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memdoc.errors import MemdocError
+from memdoc.importers import JAX_MEMORY_PROFILE, detect
 from memdoc.importers.allocations import SnapshotAnalysis, analyse_snapshot_file
 from memdoc.trace import Event, EventKind, Trace
 
@@ -64,8 +65,13 @@ class Allocations:
 
 
 def chosen_snapshot(trace: Trace) -> Event | None:
-    """The snapshot taken at an OOM if any, else the last one."""
-    snapshots = [e for e in trace.events(EventKind.SNAPSHOT) if isinstance(e.data.get("path"), str)]
+    """The PyTorch snapshot taken at an OOM if any, else the last one (JAX's pprof profiles,
+    saved as snapshot events too, are not pickles and are left to their own reader)."""
+    snapshots = [
+        e
+        for e in trace.events(EventKind.SNAPSHOT)
+        if isinstance(e.data.get("path"), str) and e.data.get("format") != "pprof"
+    ]
     chosen = [e for e in snapshots if e.data.get("reason") == "oom"] or snapshots
     return chosen[-1] if chosen else None
 
@@ -79,6 +85,8 @@ def load_allocations(trace: Trace, warnings: list[str]) -> Allocations | None:
     # A snapshot beside the trace is named relative to it; an imported one as it was given.
     base = trace.path.parent if trace.path is not None else Path(".")
     try:
+        if detect(base / name) == JAX_MEMORY_PROFILE:
+            return None  # a profile from a trace written before events named their format
         analysis = analyse_snapshot_file(base / name)
     except MemdocError as exc:
         warnings.append(f"snapshot {name}: {exc.message}; allocation sites left out")
