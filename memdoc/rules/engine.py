@@ -10,14 +10,7 @@ from typing import Any
 from memdoc.oom import parse_text
 from memdoc.rules.base import Finding, Rule, RunRule
 from memdoc.rules.confidence import TEXT_ONLY_CAP, WEAK, Signals, capped
-from memdoc.rules.priors import (
-    BARE_CAUSES,
-    GPU_CAUSES,
-    INCIDENTS,
-    INCIDENTS_BY_CAUSE,
-    is_bare,
-    prior_rank,
-)
+from memdoc.rules.priors import INCIDENTS, INCIDENTS_BY_CAUSE, common_causes, is_bare, prior_rank
 from memdoc.rules.ranks import rank_of
 from memdoc.rules.registry import RULES, all_rules, all_run_rules
 from memdoc.rules.spec import RuleSpec, count_evidence
@@ -150,7 +143,7 @@ def _common_causes(trace: Trace, oom: OomInfo, found: Sequence[Finding]) -> list
     """Weak findings for the most common causes of a bare device error, not found otherwise."""
     named = {f.rule for f in found}
     added: list[Finding] = []
-    for slug in GPU_CAUSES[:BARE_CAUSES]:
+    for slug in common_causes(oom.framework):
         rule = RULES.get(slug)
         if slug in named or not isinstance(rule, RuleSpec):
             continue

@@ -8,18 +8,22 @@ from memdoc.trace.model import OomInfo
 # (tests/fixtures/corpus/incidents.jsonl, `"split": "dev"`) whose thread settled on each
 # cause. tests/rules/test_priors.py recounts them, so the table follows the corpus.
 INCIDENTS_BY_CAUSE: dict[str, int] = {
-    "activations-too-large": 14,
-    "host-oom": 13,
+    "activations-too-large": 22,
+    "host-oom": 16,
     "model-too-large": 8,
+    "framework-preallocation": 5,
+    "leak-across-steps": 5,
     "eval-without-no-grad": 4,
-    "framework-preallocation": 4,
-    "leak-across-steps": 4,
     "other-process": 4,
+    "fragmentation": 3,
     "cuda-graph-pools": 2,
+    "xla-temp-buffers": 2,
     "checkpoint-load-spike": 1,
-    "fragmentation": 1,
     "multi-framework": 1,
+    "nccl-buffers": 1,
+    "optimizer-state": 1,
     "single-allocation-too-large": 1,
+    "wrong-device": 1,
 }
 INCIDENTS = sum(INCIDENTS_BY_CAUSE.values())
 # Causes of a device (not host) memory error, most common first.
@@ -30,6 +34,22 @@ GPU_CAUSES = tuple(
 )
 # How many of the most common causes a bare error is read as.
 BARE_CAUSES = 3
+# Causes that only some frameworks have: preallocation is TensorFlow's and JAX's habit,
+# autograd graphs in evaluation PyTorch's.
+ONLY_IN = {
+    "framework-preallocation": frozenset({"tensorflow", "jax"}),
+    "eval-without-no-grad": frozenset({"pytorch"}),
+}
+
+
+def common_causes(framework: str) -> tuple[str, ...]:
+    """The most common causes of a device memory error that this framework can have."""
+    possible = [
+        slug
+        for slug in GPU_CAUSES
+        if framework in ("unknown", "") or framework in ONLY_IN.get(slug, {framework})
+    ]
+    return tuple(possible[:BARE_CAUSES])
 
 
 def prior_rank(slug: str) -> int:

@@ -239,3 +239,47 @@ def test_a_plain_request_above_the_device_stays_a_single_allocation() -> None:
     ).read_text()
 
     assert explain_text(text).findings[0].rule == "single-allocation-too-large"
+
+
+@pytest.mark.parametrize(
+    ("used", "fires"),
+    [
+        pytest.param("44.28 GiB", False, id="cannot-fit-beside-our-pool-so-it-is-us"),
+        pytest.param("6.50 GiB", True, id="fits-beside-our-pool-so-it-is-another"),
+    ],
+)
+def test_a_lone_process_that_could_not_fit_beside_our_own_pool_is_ourselves(
+    used: str, fires: bool
+) -> None:
+    # vLLM in a container: the process line is this process, PyTorch's pool is inside it.
+    text = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 112.00 MiB. GPU 0 has a "
+        f"total capacty of 44.35 GiB of which 53.38 MiB is free. Process 3663367 has {used} "
+        "memory in use. Of the allocated memory 37.38 GiB is allocated by PyTorch, and 275.68 "
+        "MiB is reserved by PyTorch but unallocated.\n"
+    )
+
+    confidence = _finding(text, "other-process")
+
+    assert (confidence is not None and confidence >= 0.4) is fires
+
+
+@pytest.mark.parametrize(
+    ("node", "fires"),
+    [
+        pytest.param(
+            "lm/RNN_0/rnn/lstm_cell/kernel/Initializer/random_uniform/min", True, id="init"
+        ),
+        pytest.param("bert/encoder/layer_3/intermediate/dense/Erf", False, id="forward-op"),
+    ],
+)
+def test_a_tensorflow_oom_while_initialising_a_variable_is_the_model_being_built(
+    node: str, fires: bool
+) -> None:
+    text = (
+        "ResourceExhaustedError (see above for traceback): OOM when allocating tensor of shape "
+        f"[] and type float\n         [[node {node} (defined at training.py:410)  = Const["
+        'dtype=DT_FLOAT, _device="/job:localhost/replica:0/task:0/device:GPU:0"]()]]\n'
+    )
+
+    assert (_finding(text, "model-too-large") is not None) is fires

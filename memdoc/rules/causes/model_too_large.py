@@ -34,6 +34,8 @@ _BUILD_FRAMES = (
     (r"torch[/\\]nn[/\\]init\.py", ""),
 )
 _MOVE_TEXT = r"Loading checkpoint shards|\.from_pretrained\(|\.to\((?:\"|')?cuda|\.cuda\(\)"
+# A TensorFlow node that fills a variable with its initial value.
+_TF_INITIALIZER = r"\[\[\{?\{?node [\w/.-]{0,300}/Initializer/"
 WEIGHTS_FILL = 0.8
 
 
@@ -200,9 +202,10 @@ it on one device.
 
 
 def _building(fail: Failure) -> bool:
-    """Inside a module's constructor or initialiser, not in a forward or backward pass."""
+    """Inside a module's constructor or initialiser, not in a forward or backward pass; or,
+    in TensorFlow, in the op that initialises a variable (`.../kernel/Initializer/...`)."""
     in_constructor = any(fail.in_frames(f, fn) for f, fn in _BUILD_FRAMES)
-    return in_constructor and step_phase(fail) is None
+    return (in_constructor and step_phase(fail) is None) or fail.says(_TF_INITIALIZER)
 
 
 def _fill_evidence(trace: Trace, fail: Failure) -> tuple[list[Evidence], bool, float | None]:

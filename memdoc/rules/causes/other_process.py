@@ -291,7 +291,7 @@ def _others_in_text(oom: OomInfo, total: float | None, siblings: Set[int | None]
     siblings_bytes = sum(p.used_bytes or 0 for p in ours)
     this = next((p for p in oom.processes if p.this_process), None)
     if this is None and own_pool is not None:
-        this = _self_in_namespace(others, own_pool)
+        this = _self_in_namespace(others, own_pool, total)
         others = [p for p in others if p is not this]
     # Without our own numbers, a lone "Process N" line cannot be told apart from this one.
     certain = this is not None or own_pool is not None or len(others) > 1
@@ -309,17 +309,25 @@ def _others_in_text(oom: OomInfo, total: float | None, siblings: Set[int | None]
     return _Others(named, unaccounted, pids, certain)
 
 
-def _self_in_namespace(others: list[ProcessUsage], own_pool: float) -> ProcessUsage | None:
+def _self_in_namespace(
+    others: list[ProcessUsage], own_pool: float, total: float | None
+) -> ProcessUsage | None:
     """In a container NVML reports host PIDs, so this process shows up as "Process N".
 
-    The entry whose usage is this process's pool plus a context is taken to be this one.
+    The entry whose usage is this process's pool plus a context is taken to be this one; so
+    is a lone entry that could not fit on the device beside this process's pool.
     """
     matches = [
         p
         for p in others
         if p.used_bytes is not None and 0 <= p.used_bytes - own_pool <= CONTEXT_ALLOWANCE_BYTES
     ]
-    return matches[0] if len(matches) == 1 else None
+    if len(matches) == 1:
+        return matches[0]
+    lone = others[0] if len(others) == 1 else None
+    if lone is not None and lone.used_bytes and total and lone.used_bytes + own_pool > total:
+        return lone
+    return None
 
 
 RULE = OtherProcess()
