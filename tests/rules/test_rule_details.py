@@ -283,3 +283,44 @@ def test_a_tensorflow_oom_while_initialising_a_variable_is_the_model_being_built
     )
 
     assert (_finding(text, "model-too-large") is not None) is fires
+
+
+_PT_FULL = (
+    "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 8.00 GiB total "
+    "capacity; 7.20 GiB already allocated; 0 bytes free; 7.30 GiB reserved in total by PyTorch)\n"
+)
+
+
+def _raised_in(function: str, line: str) -> str:
+    return (
+        f'Traceback (most recent call last):\n  File "app.py", line 12, in {function}\n'
+        f"    {line}\n" + _PT_FULL
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "first"),
+    [
+        pytest.param(
+            _raised_in("validate", "out = model(x)"), "eval-without-no-grad", id="validate"
+        ),
+        pytest.param(
+            _raised_in("predict_image", "out = model(x)"), "eval-without-no-grad", id="predict"
+        ),
+        pytest.param(
+            _raised_in("train_step", "out = model(x)"), "activations-too-large", id="train"
+        ),
+        pytest.param(
+            _raised_in("<module>", "model.load_state_dict(ckpt['model'])"),
+            "checkpoint-load-spike",
+            id="load_state_dict",
+        ),
+        pytest.param(
+            "Error(s) while loading state dict: " + _PT_FULL.split(": ", 1)[1],
+            "checkpoint-load-spike",
+            id="loading-state-dict-words",
+        ),
+    ],
+)
+def test_the_tracebacks_own_words_name_the_cause(text: str, first: str) -> None:
+    assert explain_text(text).findings[0].rule == first

@@ -30,7 +30,7 @@ LOAD_WORDS = (
     "rebuild tensor",
     "load sharded checkpoint",
 )
-_LOAD_TEXT = r"torch\.load\(|load_state_dict\(|\.restore\("
+_LOAD_TEXT = r"torch\.load\(|load_state_dict\(|\.restore\(|\bloading (?:the )?state[ _]dict"
 SPIKE_RATIO = 1.5
 MIN_SPIKE_BYTES = 1 * GiB
 

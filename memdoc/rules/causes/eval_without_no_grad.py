@@ -195,11 +195,13 @@ graph alive for as long as they are referenced, for example in a list of predict
             "The error happened during evaluation or generation; if autograd was on there, "
             "evaluation kept a graph per batch."
         )
+        frame = _eval_frame(fail)
+        evidence = [Evidence(f"failed in evaluation code: {frame}")] if frame else []
         return self.finding(
             trace,
-            Signals(POSSIBLE),
+            Signals.of(POSSIBLE, evaluation_frame_named=frame is not None),
             summary,
-            [],
+            evidence,
             to_confirm=(
                 "check that the evaluation code runs under torch.no_grad() or "
                 'torch.inference_mode(); `memdoc.mark("eval")` plus `memdoc run` measures it'
