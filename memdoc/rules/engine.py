@@ -9,8 +9,15 @@ from typing import Any
 
 from memdoc.oom import parse_text
 from memdoc.rules.base import Finding, Rule, RunRule
-from memdoc.rules.confidence import TEXT_ONLY_CAP, WEAK, Signals, capped
-from memdoc.rules.priors import INCIDENTS, INCIDENTS_BY_CAUSE, common_causes, is_bare, prior_rank
+from memdoc.rules.confidence import LIKELY, TEXT_ONLY_CAP, WEAK, Signals, capped
+from memdoc.rules.priors import (
+    INCIDENTS,
+    INCIDENTS_BY_CAUSE,
+    common_causes,
+    is_bare,
+    on_gpu,
+    prior_rank,
+)
 from memdoc.rules.ranks import rank_of
 from memdoc.rules.registry import RULES, all_rules, all_run_rules
 from memdoc.rules.spec import RuleSpec, count_evidence
@@ -128,19 +135,25 @@ def explain_text(text: str) -> Explanation:
     trace = text_trace(text, oom)
     findings = diagnose(trace)
     if is_bare(oom):
-        findings = sort_findings([*findings, *_common_causes(trace, oom, findings)])
+        findings = sort_findings([*findings, *_common_causes(trace, oom, findings, BARE_WHY)])
         trace.warnings.append(BARE_WARNING)
+    elif on_gpu(oom) and not any(f.confidence >= LIKELY.base for f in findings):
+        findings = sort_findings([*findings, *_common_causes(trace, oom, findings, UNSURE_WHY)])
     return Explanation(oom, findings, list(trace.warnings))
 
 
+BARE_WHY = "The error gives no figures for the device, so the text alone cannot tell"
+UNSURE_WHY = "No cause stands out in the error's figures"
+
+
 BARE_WARNING = (
-    "the error gives no numbers, so the text alone cannot tell the cause: the causes are "
-    "ordered by how often each ended real incidents"
+    "the error gives no figures for the device, so the text alone cannot tell the cause: "
+    "the causes are ordered by how often each ended real incidents"
 )
 
 
-def _common_causes(trace: Trace, oom: OomInfo, found: Sequence[Finding]) -> list[Finding]:
-    """Weak findings for the most common causes of a bare device error, not found otherwise."""
+def _common_causes(trace: Trace, oom: OomInfo, found: Sequence[Finding], why: str) -> list[Finding]:
+    """Weak findings for the most common causes of a device error, not found otherwise."""
     named = {f.rule for f in found}
     added: list[Finding] = []
     for slug in common_causes(oom.framework):
@@ -149,8 +162,7 @@ def _common_causes(trace: Trace, oom: OomInfo, found: Sequence[Finding]) -> list
             continue
         count = INCIDENTS_BY_CAUSE[slug]
         summary = (
-            "The error gives no numbers, so the text alone cannot tell; this cause ended "
-            f"{count} of {INCIDENTS} real incidents in memdoc's corpus."
+            f"{why}; this cause ended {count} of {INCIDENTS} real incidents in memdoc's corpus."
         )
         evidence = [count_evidence("real incidents with this cause", count)]
         added.append(

@@ -59,12 +59,12 @@ def prior_rank(slug: str) -> int:
 
 
 def is_bare(oom: OomInfo) -> bool:
-    """A device memory error that gives no numbers, no shape, no library and no phase."""
+    """A device memory error that says nothing of the device: no total, free or held memory,
+    no shape, no library and no phase (the size of the failed request alone tells nothing)."""
     return (
         oom.kind in ("allocator", "disguised")
         and oom.framework != "host"
         and oom.library in (None, "cuda")
-        and oom.requested_bytes is None
         and not oom.requested_unknown_huge
         and oom.total_bytes is None
         and oom.free_bytes is None
@@ -76,4 +76,14 @@ def is_bare(oom: OomInfo) -> bool:
         and oom.shape is None
         and oom.phase is None
         and not oom.processes
+    )
+
+
+def on_gpu(oom: OomInfo) -> bool:
+    """A device (not host) memory error that names no specific library failing."""
+    return (
+        oom.kind in ("allocator", "disguised", "compile")
+        and oom.framework != "host"
+        and oom.device_type not in ("cpu",)
+        and oom.library in (None, "cuda")
     )

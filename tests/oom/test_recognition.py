@@ -188,6 +188,7 @@ def test_an_older_xla_error_wrapped_between_out_and_of_memory_is_recognised() ->
 
     assert found is not None
     assert (found.framework, found.requested_bytes) == ("jax", 5520758552)
+    assert "xla-temp-buffers" in [f.rule for f in explain_text(text).findings]
 
 
 def test_a_wrapped_line_that_only_ends_in_out_is_not_a_memory_error() -> None:

@@ -60,3 +60,34 @@ def test_a_bare_error_is_read_through_the_causes_its_framework_can_have() -> Non
     assert "framework-preallocation" not in common_causes("pytorch")
     assert "eval-without-no-grad" not in common_causes("tensorflow")
     assert common_causes("pytorch")[0] == "activations-too-large"
+
+
+def test_when_no_cause_stands_out_the_commonest_ones_are_named_as_weak() -> None:
+    # The job held almost the whole card and asked for a little more: any of several causes.
+    text = (
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 224.00 MiB (GPU 0; "
+        "10.73 GiB total capacity; 9.85 GiB already allocated; 46.44 MiB free; 9.86 GiB "
+        "reserved in total by PyTorch)\n"
+    )
+
+    result = explain_text(text)
+
+    added = [f for f in result.findings if "No cause stands out" in f.summary]
+    assert added and all(f.confidence < 0.4 for f in added)
+    assert {f.rule for f in result.findings} >= set(common_causes("pytorch"))
+    assert BARE_WARNING not in result.warnings
+
+
+def test_a_cause_that_stands_out_is_not_padded_with_common_ones() -> None:
+    text = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+        "total capacity of 23.65 GiB of which 1.00 GiB is free. Process 77 has 20.00 GiB memory "
+        "in use. Including non-PyTorch memory, this process has 2.50 GiB memory in use. Of the "
+        "allocated memory 2.00 GiB is allocated by PyTorch, and 100.00 MiB is reserved by "
+        "PyTorch but unallocated.\n"
+    )
+
+    result = explain_text(text)
+
+    assert result.findings[0].rule == "other-process"
+    assert not any("stands out" in f.summary for f in result.findings)

@@ -282,7 +282,10 @@ def test_a_tensorflow_oom_while_initialising_a_variable_is_the_model_being_built
         'dtype=DT_FLOAT, _device="/job:localhost/replica:0/task:0/device:GPU:0"]()]]\n'
     )
 
-    assert (_finding(text, "model-too-large") is not None) is fires
+    confidence = _finding(text, "model-too-large")
+
+    # Below "possible", model-too-large is only named as a common cause, not from the text.
+    assert (confidence is not None and confidence >= 0.4) is fires
 
 
 _PT_FULL = (

@@ -18,7 +18,7 @@ from memdoc.units import format_bytes
 
 _REMAT = r"by rematerialization|HLO temp|Program hbm requirement|BufferAssignment"
 _XLA_OOM = (
-    r"Out of memory while trying to allocate|Out of memory allocating"
+    r"Out\s+of\s+memory\s+while\s+trying\s+to\s+allocate|Out\s+of\s+memory\s+allocating"
     r"|Failed to allocate request for|RESOURCE_EXHAUSTED"
 )
 
