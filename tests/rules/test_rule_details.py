@@ -327,3 +327,28 @@ def _raised_in(function: str, line: str) -> str:
 )
 def test_the_tracebacks_own_words_name_the_cause(text: str, first: str) -> None:
     assert explain_text(text).findings[0].rule == first
+
+
+@pytest.mark.parametrize(
+    ("before", "fires"),
+    [
+        pytest.param(
+            "INFO model_runner.py:625] Capturing the model for CUDA graphs. This may lead to "
+            "unexpected consequences if the model is not static.\n",
+            True,
+            id="vllm-capturing",
+        ),
+        pytest.param(
+            "INFO model_runner.py:600] Loading model weights took 13.5 GiB\n", False, id="loading"
+        ),
+    ],
+)
+def test_an_oom_right_after_vllm_starts_capturing_cuda_graphs_points_at_them(
+    before: str, fires: bool
+) -> None:
+    text = before + (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 112.00 MiB. GPU 0 has a "
+        "total capacity of 44.35 GiB of which 53.38 MiB is free.\n"
+    )
+
+    assert (_finding(text, "cuda-graph-pools") is not None) is fires

@@ -35,7 +35,10 @@ CAPTURE_WORDS = (
     "graph capture",
     "make graphed callables",
 )
-_CAPTURE = r"capture_end|capture_begin|CUDAGraph|cuda_graph|cudagraph|graph capture"
+_CAPTURE = (
+    r"capture_end|capture_begin|CUDAGraph|cuda_graph|cudagraph|graph capture"
+    r"|Capturing the model for CUDA graphs|CUDA graphs can take additional"  # vLLM's log
+)
 SIGNIFICANT_SHARE = 0.05
 
 
