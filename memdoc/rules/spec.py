@@ -7,6 +7,7 @@ import textwrap
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from memdoc.rules import confidence
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import Signals
 from memdoc.rules.host import gpu_recorded, on_host
@@ -15,6 +16,8 @@ from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes, format_duration, format_percent
 
 FRAMEWORK_NAMES = {**PEOPLE_NAMES, "any": "Any"}
+# The word of a confidence, still importable from here; it is defined with the scale.
+confidence_word = confidence.confidence_word
 
 
 def snippet(text: str) -> str:
