@@ -154,7 +154,7 @@ def _run_live(options: object, report: Path | None, args: argparse.Namespace) ->
     from memdoc.run.parent import RunOptions, RunResult, run_program
 
     assert isinstance(options, RunOptions)
-    options.output_log = options.output.with_suffix(".log")
+    options.output_log = check_output_path(options.output.with_suffix(".log"), force=args.force)
     outcome: dict[str, RunResult | BaseException] = {}
 
     def target() -> None:
