@@ -11,6 +11,7 @@ from rich.text import Text
 
 from memdoc.cli.common import read_text_input, warn
 from memdoc.errors import MemdocError
+from memdoc.report.console import SafeConsole
 from memdoc.report.terminal import findings_view
 from memdoc.rules.engine import Explanation, explain_in_words, explain_text, to_json
 from memdoc.rules.facts import framework_name, library_name
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(to_json(result.oom, result.findings), indent=2))
         return 0
-    console = Console(highlight=False)
+    console = SafeConsole()
     if console.is_terminal:
         render(result, console)
         return 0

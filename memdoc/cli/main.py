@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from memdoc.cli.common import Command
 from memdoc.errors import MemdocError
+from memdoc.printable import printable
 from memdoc.version import __version__
 
 # One module per command, in the order `memdoc --help` lists them.
@@ -62,9 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return commands[args.command].run(args)
     except MemdocError as exc:
-        print(f"memdoc: error: {exc.message}", file=sys.stderr)
+        print(f"memdoc: error: {printable(exc.message)}", file=sys.stderr)
         if exc.hint:
-            print(f"memdoc: hint: {exc.hint}", file=sys.stderr)
+            print(f"memdoc: hint: {printable(exc.hint)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
