@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Protocol
 
 from memdoc.errors import MemdocError, OutputExistsError
+from memdoc.files import refuse_foreign_link
+from memdoc.printable import printable
 
 
 class Command(Protocol):
@@ -25,6 +27,7 @@ class Command(Protocol):
 def check_output_path(path: str | os.PathLike[str], *, force: bool) -> Path:
     """Refuse to overwrite without --force, and fail early on an unwritable folder."""
     out = Path(path)
+    refuse_foreign_link(out)
     if out.exists() and not force:
         raise OutputExistsError(str(out))
     parent = out.parent if str(out.parent) else Path(".")
@@ -36,7 +39,7 @@ def check_output_path(path: str | os.PathLike[str], *, force: bool) -> Path:
 
 
 def warn(message: str) -> None:
-    print(f"memdoc: warning: {message}", file=sys.stderr)
+    print(f"memdoc: warning: {printable(message)}", file=sys.stderr)
 
 
 def read_text_input(source: str | None) -> str:
