@@ -36,7 +36,10 @@ _KINDS = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "file", nargs="?", metavar="FILE", help="error text or log file; - (or a pipe) for stdin"
+        "file",
+        nargs="?",
+        metavar="FILE",
+        help="error text or log file; - (or a pipe) for stdin; only its last 1 MiB is read",
     )
     parser.add_argument(
         "--json", action="store_true", help='print one JSON object: {"oom": ..., "findings": [...]}'

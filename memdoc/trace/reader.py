@@ -7,6 +7,7 @@ import gzip
 import json
 import math
 import os
+import stat
 import zlib
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
@@ -381,8 +382,11 @@ def _lines(stream: IO[bytes]) -> Iterator[bytes]:
 
 
 def looks_like_trace(path: str | os.PathLike[str]) -> bool:
-    """True when the file starts with a memdoc trace header (cheap: reads one line)."""
+    """True when the file starts with a memdoc trace header (cheap: reads one line). A pipe
+    or a device is not one: reading it could block, or never end."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
         with _open(Path(path)) as stream:
             first = stream.readline(MAX_LINE_BYTES)
         record = json.loads(first)
