@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import os
 import subprocess
 import sys
@@ -9,8 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from memdoc.errors import TraceError
+from memdoc.trace import SCHEMA_VERSION, Header, SeriesKey, codec, load_trace
+from memdoc.trace.reader import load_trace_lines
 from tests.conftest import memdoc_cmd, run_memdoc
 from tests.faults.cli_in_process import memdoc
+from tests.report.traces import write_oom_run
 
 OOM_LINE = (
     b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 226.00 MiB. GPU 0 has a "
@@ -108,3 +113,56 @@ def test_explain_keeps_only_the_tail_of_an_endless_stdin(tmp_path: Path) -> None
 
     assert status == 0, stderr
     assert peak_kib < 300 * 1024
+
+
+def _gzip_bomb(path: Path, first_line: bytes, repeated: bytes, total_bytes: int) -> Path:
+    """A gzip file that decompresses to `first_line`, then `repeated` up to `total_bytes`."""
+    block = repeated * max(1, (1 << 20) // len(repeated))
+    with gzip.open(path, "wb", compresslevel=6) as stream:
+        stream.write(first_line)
+        for _ in range(total_bytes // len(block)):
+            stream.write(block)
+    return path
+
+
+def _header_line() -> bytes:
+    header = Header(version=SCHEMA_VERSION, created_unix=1764687600.0, memdoc_version="0.1.0")
+    return codec.encode_header(header).encode() + b"\n"
+
+
+@pytest.mark.parametrize(
+    ("repeated", "total_bytes"),
+    [
+        pytest.param(b"\0" * 4096, TWO_GB, id="zeros"),
+        # Valid lines a thousand times smaller packed: past the limit, read no further.
+        pytest.param(b"[0.5,0,1]\n", 64 * 2**20, id="sample-lines"),
+    ],
+)
+def test_a_gzip_bomb_trace_is_refused_in_one_line_with_bounded_memory(
+    tmp_path: Path, repeated: bytes, total_bytes: int
+) -> None:
+    series = codec.encode_series(0, SeriesKey("host.rss")).encode() + b"\n"
+    bomb = _gzip_bomb(tmp_path / "bomb.memdoc", _header_line() + series, repeated, total_bytes)
+    assert bomb.stat().st_size < 20 * 2**20
+
+    status, stderr, peak_kib = _measured(tmp_path, "diagnose", str(bomb))
+
+    assert status == 2, stderr
+    assert "memdoc: error: " in stderr and "decompresses to more than" in stderr
+    assert "Traceback" not in stderr
+    assert peak_kib < 400 * 1024
+
+
+def test_a_trace_of_too_many_lines_is_refused_in_one_line() -> None:
+    lines = iter([_header_line(), *([b"[0.5,0,1]\n"] * 20)])
+
+    with pytest.raises(TraceError, match="more than 10 lines"):
+        load_trace_lines(lines, max_lines=10)
+
+
+def test_a_real_compressed_trace_still_loads(tmp_path: Path) -> None:
+    plain = write_oom_run(tmp_path / "run.memdoc")
+    packed = tmp_path / "run.memdoc.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+
+    assert load_trace(packed).values_read == load_trace(plain).values_read
