@@ -124,6 +124,11 @@ def _is_float(value: Any) -> bool:
     )
 
 
+def is_time(value: Any) -> bool:
+    """A finite number of seconds that a run could last (NaN or 1e300 is damage)."""
+    return _is_float(value)
+
+
 def _is_str(value: Any) -> bool:
     return isinstance(value, str)
 

@@ -44,6 +44,17 @@ MAX_EXPANSION = 100
 MIN_DECOMPRESSED_LIMIT_BYTES = 16 * 1024 * 1024
 # Days of sampling at ten lines a second; more is not a trace memdoc wrote.
 MAX_LINES = 50_000_000
+# What a damaged or hostile record raises as it is decoded (an Infinity where an id
+# belongs overflows): the line is skipped, the rest is read.
+RECORD_ERRORS = (
+    ValueError,
+    TypeError,
+    KeyError,
+    IndexError,
+    AttributeError,
+    OverflowError,
+    RecursionError,
+)
 
 
 @dataclass
@@ -500,7 +511,7 @@ def _parse(path: Path, lines: Iterator[bytes], max_lines: int = MAX_LINES) -> Tr
             )
         try:
             _apply(trace, ids, json.loads(raw))
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError):
+        except RECORD_ERRORS:
             bad += 1
             last_bad = line_no
     if bad:
@@ -514,6 +525,8 @@ def _parse(path: Path, lines: Iterator[bytes], max_lines: int = MAX_LINES) -> Tr
 def _apply(trace: Trace, ids: dict[int, SeriesKey], record: Any) -> None:
     if isinstance(record, list):
         t = float(record[0])
+        if not codec.is_time(t):
+            raise ValueError("the sample time is not a time")
         pairs = []
         for i in range(1, len(record) - 1, 2):
             value = record[i + 1]
@@ -558,7 +571,7 @@ def apply_record(trace: Trace, ids: dict[int, SeriesKey], record: Any) -> None:
     `ids` maps series ids to keys and must be kept from one call to the next.
 
     Raises:
-        ValueError, TypeError, KeyError, IndexError, AttributeError: a damaged record.
+        One of RECORD_ERRORS: a damaged record.
     """
     _apply(trace, ids, record)
 
