@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memdoc.printable import printable
+from memdoc.report.html import write_report
 from memdoc.report.summary import print_end_of_run
 from memdoc.trace import load_trace
 from memdoc.tui.app import make_app
@@ -169,29 +170,76 @@ def test_the_dashboard_shows_hostile_trace_and_log_text_without_obeying_it(
     assert "[bold&#160;red]shout" in screen
 
 
+def _page(trace: Path) -> str:
+    out = trace.with_suffix(".html")
+    out.unlink(missing_ok=True)
+    write_report([trace], out)
+    return out.read_text(encoding="utf-8")
+
+
+_EVENT_HANDLER_IN_A_TAG = re.compile(r"<[a-z][^<>]*\son[a-z]+\s*=", re.IGNORECASE)
+
+
+def _markup_count(page: str) -> tuple[int, ...]:
+    """What HTML injection would add to: tags that run code or load things, and handlers."""
+    lowered = page.lower()
+    tags = tuple(lowered.count(s) for s in ("<script", "<img", "<iframe", "<a ", "href="))
+    return (*tags, len(_EVENT_HANDLER_IN_A_TAG.findall(page)))
+
+
+@pytest.fixture(scope="module")
+def benign_page(tmp_path_factory: pytest.TempPathFactory) -> str:
+    folder = tmp_path_factory.mktemp("benign")
+    return _page(write_hostile_trace(folder / "benign.memdoc", "benign"))
+
+
 @settings(
     max_examples=25,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(hostile=hostile_strings)
-def test_no_hostile_string_in_any_trace_field_is_obeyed_by_a_text_view(
-    tmp_path: Path, hostile: str
+def test_no_hostile_string_in_any_trace_field_is_obeyed_by_any_view(
+    tmp_path: Path, benign_page: str, hostile: str
 ) -> None:
+    """Diagnose (text and JSON), the end-of-run summary, explain and the HTML report."""
     trace = write_hostile_trace(tmp_path / "fuzz.memdoc", hostile)
+    log = tmp_path / "fuzz.log"
+    log.write_bytes(f"{hostile}\n{OOM_LINE} {hostile}\n".encode("utf-8", "surrogatepass"))
     try:
         diagnosis = memdoc("diagnose", str(trace))
         as_json = memdoc("diagnose", "--json", str(trace))
+        explained = memdoc("explain", str(log))
         summary = io.StringIO()
         print_end_of_run([trace], stream=summary)
+        page = _page(trace)
     finally:
         trace.unlink()
 
-    for said in (diagnosis, as_json):
+    for said in (diagnosis, as_json, explained):
         assert said.status == 0, said.stderr
         assert not raw_controls(said.stdout + said.stderr)
     assert not raw_controls(summary.getvalue())
     json.loads(as_json.stdout)
-    assert not re.search(r"<script>alert", diagnosis.stdout + summary.getvalue()) or (
-        "<script>alert" in hostile
-    )
+    assert _markup_count(page) == _markup_count(benign_page)
+
+
+@settings(
+    max_examples=6,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(hostile=hostile_strings)
+def test_no_hostile_string_in_any_trace_field_is_obeyed_by_the_dashboard(
+    tmp_path: Path, hostile: str
+) -> None:
+    """The replay dashboard (`memdoc live --replay` is this app over this source)."""
+    trace = write_hostile_trace(tmp_path / "fuzz.memdoc", hostile)
+    log = tmp_path / "fuzz.log"
+    log.write_bytes(f"{hostile}\n".encode("utf-8", "surrogatepass"))
+    try:
+        screen = asyncio.run(_dashboard_screen(trace, log))
+    finally:
+        trace.unlink()
+
+    assert not raw_controls(screen)
