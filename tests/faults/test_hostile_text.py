@@ -243,3 +243,19 @@ def test_no_hostile_string_in_any_trace_field_is_obeyed_by_the_dashboard(
         trace.unlink()
 
     assert not raw_controls(screen)
+
+
+def test_report_and_import_show_a_hostile_output_name_without_obeying_it(
+    tmp_path: Path, fixtures: Path
+) -> None:
+    name = ATTACKS["csi-clear-screen"] + ATTACKS["c1-csi"]
+    smi = fixtures / "importers/nvidia-smi-captures/linux-x86_64__nvidia-h200__590.48.01.txt"
+    trace = tmp_path / f"{name}.memdoc"
+
+    imported = memdoc("import", str(smi), "-o", str(trace))
+    reported = memdoc("report", str(trace), "-o", str(tmp_path / f"{name}.html"))
+
+    for said in (imported, reported):
+        assert said.status == 0, said.stderr
+        assert "\\x1b[2J" in said.stdout
+        assert not raw_controls(said.stdout + said.stderr)
