@@ -4,7 +4,7 @@ link that another user planted, never over a file without being asked to."""
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import IO
 
@@ -13,6 +13,7 @@ from memdoc.errors import MemdocError, OutputExistsError
 # Opening never follows a link at the last component (O_NOFOLLOW is POSIX; absent on Windows).
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_NAME_TRIES = 100
 
 
 def refuse_foreign_link(path: Path) -> None:
@@ -76,17 +77,23 @@ def _create(path: Path, *, force: bool) -> int:
 
 
 def temporary_beside(path: Path) -> tuple[int, Path]:
-    """A new file in `path`'s folder, with a random name, created exclusively (not a link).
+    """A new file in `path`'s folder, with a random name, created exclusively (never through
+    a link), as `tempfile.mkstemp` does but with the mode any new file gets (umask applies).
 
     Raises:
         MemdocError: the folder does not exist or cannot be written.
     """
     folder = path.parent if str(path.parent) else Path(".")
-    try:
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    except OSError as exc:
-        raise MemdocError(f"cannot write {path}: {exc.strerror or exc}") from None
-    return fd, Path(name)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
+    for _ in range(_NAME_TRIES):
+        tmp = folder / f".{path.name}.{secrets.token_hex(8)}.tmp"
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue  # taken (by chance, or planted): draw another name
+        except OSError as exc:
+            raise MemdocError(f"cannot write {path}: {exc.strerror or exc}") from None
+    raise MemdocError(f"cannot write {path}: no free temporary name in {folder}")
 
 
 def write_atomically(path: Path, data: str | bytes) -> None:
@@ -102,15 +109,7 @@ def write_atomically(path: Path, data: str | bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as stream:
             stream.write(data.encode("utf-8", "replace") if isinstance(data, str) else data)
-        _keep_mode_of_new_file(tmp)
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise MemdocError(f"cannot write {path}: {exc.strerror or exc}") from None
-
-
-def _keep_mode_of_new_file(tmp: Path) -> None:
-    # mkstemp makes the file 0600; an output is readable as any file the user creates.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)

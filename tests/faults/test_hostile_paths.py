@@ -164,3 +164,16 @@ def test_trace_writer_with_force_replaces_a_link_instead_of_following_it(
     assert done.returncode == 0, done.stderr
     assert victim.read_text() == VICTIM_TEXT
     assert not out.is_symlink()
+
+
+def test_write_atomically_gives_the_output_the_mode_of_any_new_file(tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    umask = 0o027
+    previous = os.umask(umask)
+    try:
+        write_atomically(out, "<html></html>")
+    finally:
+        os.umask(previous)
+
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask
+    assert [p.name for p in tmp_path.iterdir()] == ["report.html"]
