@@ -6,6 +6,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from memdoc.cli.common import Command
 from memdoc.errors import MemdocError
@@ -39,8 +40,16 @@ def _commands() -> list[Command]:
     return commands
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, whose error line quotes the arguments given: shown, never obeyed."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {printable(message)}\n")
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="memdoc",
         description="GPU memory and OOM diagnostics for PyTorch, TensorFlow/Keras and JAX.",
     )

@@ -259,3 +259,11 @@ def test_report_and_import_show_a_hostile_output_name_without_obeying_it(
         assert said.status == 0, said.stderr
         assert "\\x1b[2J" in said.stdout
         assert not raw_controls(said.stdout + said.stderr)
+
+
+def test_a_hostile_unknown_option_is_shown_without_being_obeyed() -> None:
+    done = run_memdoc("diagnose", "run.memdoc", "--" + ATTACKS["osc52-clipboard"])
+
+    assert done.returncode == 2
+    assert b"unrecognized arguments" in done.stderr
+    assert not raw_controls(done.stderr.decode())
