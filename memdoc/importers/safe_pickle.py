@@ -96,6 +96,7 @@ def load_plain_pickle(path: str | os.PathLike[str]) -> Any:
         InputError: the file cannot be read.
     """
     path = Path(path)
+    _check_name(path)
     try:
         with open(path, "rb") as stream:
             size = os.fstat(stream.fileno()).st_size
@@ -111,6 +112,17 @@ def load_plain_pickle(path: str | os.PathLike[str]) -> Any:
         raise InputError(f"{path}: cannot read it (permission denied)") from None
     except OSError as exc:  # a pipe or a device cannot be mapped; a disk can fail
         raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+
+
+def _check_name(path: Path) -> None:
+    """A name from a damaged or hostile trace may be one no file can have (a NUL, a lone
+    surrogate): that is a missing file, not an error of memdoc's."""
+    try:
+        name = os.fsencode(path)
+    except UnicodeEncodeError:
+        name = b"\0"
+    if b"\0" in name:
+        raise InputError(f"{path}: no such file (no file can have this name)")
 
 
 def memory_needed_bytes(file_bytes: int) -> int:

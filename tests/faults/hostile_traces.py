@@ -125,5 +125,7 @@ def write_hostile_trace(path: Path, s: str) -> Path:
         )
     )
     w.event(Event(t_oom + 0.02, EventKind.NOTE, PID, {"text": s}))
+    snapshot = {"path": f"snapshots/{s}.pickle", "reason": s}
+    w.event(Event(t_oom + 0.05, EventKind.SNAPSHOT, PID, snapshot))
     w.close(ExitInfo(t_oom + 0.3, exit_code=1, reason=s))
     return path
