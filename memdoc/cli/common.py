@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from memdoc.errors import MemdocError, OutputExistsError
+from memdoc.files import refuse_foreign_link
+from memdoc.printable import printable
 
 # The exit status of `explain` and `diagnose`, for CI scripts: a memory problem is an
 # answer, not an error. 1 is memdoc failing; 2 a usage error or an input it cannot use.
@@ -49,6 +52,7 @@ class Command(Protocol):
 def check_output_path(path: str | os.PathLike[str], *, force: bool) -> Path:
     """Refuse to overwrite without --force, and fail early on an unwritable folder."""
     out = Path(path)
+    refuse_foreign_link(out)
     if out.exists() and not force:
         raise OutputExistsError(str(out))
     parent = out.parent if str(out.parent) else Path(".")
@@ -60,13 +64,27 @@ def check_output_path(path: str | os.PathLike[str], *, force: bool) -> Path:
 
 
 def warn(message: str) -> None:
-    print(f"memdoc: warning: {message}", file=sys.stderr)
+    print(f"memdoc: warning: {printable(message)}", file=sys.stderr)
 
 
-def read_text_input(source: str | None) -> str:
-    """Read a file, or stdin for '-' or None. Undecodable bytes are replaced, not fatal."""
+# An error is at the end of its log: the last MiB holds it, and bounds time and memory.
+TEXT_TAIL_BYTES = 1024 * 1024
+_CHUNK_BYTES = 64 * 1024
+
+
+def read_text_input(source: str | None, *, tail_bytes: int = TEXT_TAIL_BYTES) -> str:
+    """The last `tail_bytes` of a file, or of stdin for '-' or None. Undecodable bytes are
+    replaced, not fatal.
+
+    Raises:
+        MemdocError: no such file, a folder, or a pipe or device given by name (which could
+            block or never end: pipe it to stdin instead).
+    """
     try:
-        data = sys.stdin.buffer.read() if source in (None, "-") else Path(source).read_bytes()
+        if source in (None, "-"):
+            data = _tail_of_stream(sys.stdin.buffer, tail_bytes)
+        else:
+            data = _tail_of_file(Path(source), tail_bytes)
     except FileNotFoundError:
         raise MemdocError(f"{source}: no such file") from None
     except IsADirectoryError:
@@ -74,3 +92,27 @@ def read_text_input(source: str | None) -> str:
     except OSError as exc:
         raise MemdocError(f"{source}: cannot read it ({exc.strerror or exc})") from None
     return data.decode("utf-8", errors="replace")
+
+
+def _tail_of_file(path: Path, tail_bytes: int) -> bytes:
+    if not stat.S_ISREG(path.stat().st_mode):
+        if path.is_dir():
+            raise IsADirectoryError(path)
+        raise MemdocError(
+            f"{path}: not a regular file (a pipe or a device)",
+            hint=f"pipe it in instead: tail -c 1M {path} | memdoc explain",
+        )
+    with open(path, "rb") as stream:
+        size = os.fstat(stream.fileno()).st_size
+        stream.seek(max(0, size - tail_bytes))
+        return stream.read(tail_bytes)
+
+
+def _tail_of_stream(stream: BinaryIO, tail_bytes: int) -> bytes:
+    """Read to the end, keeping only the last `tail_bytes`."""
+    kept = bytearray()
+    while chunk := stream.read(_CHUNK_BYTES):
+        kept += chunk
+        if len(kept) > 2 * tail_bytes:
+            del kept[:-tail_bytes]
+    return bytes(kept[-tail_bytes:])

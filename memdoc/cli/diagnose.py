@@ -36,8 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     # Imported here: every `memdoc` command builds the parser, few need the report.
-    from rich.console import Console
-
+    from memdoc.report.console import SafeConsole
     from memdoc.report.data import ReportData
     from memdoc.report.inputs import load_inputs
     from memdoc.report.terminal import render_terminal
@@ -51,7 +50,7 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps({**to_json(oom, findings), "run": run_summary(loaded)}, indent=2))
         return code
     data = ReportData.from_run(loaded, findings, title=Path(args.traces[0]).name)
-    render_terminal(data, Console(highlight=False))
+    render_terminal(data, SafeConsole())
     return code
 
 

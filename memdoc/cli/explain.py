@@ -17,6 +17,7 @@ from memdoc.cli.common import (
     warn,
 )
 from memdoc.errors import MemdocError
+from memdoc.report.console import SafeConsole
 from memdoc.report.terminal import findings_view
 from memdoc.rules.engine import Explanation, explain_in_words, explain_text, to_json
 from memdoc.rules.facts import framework_name, library_name
@@ -42,7 +43,10 @@ _KINDS = {
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = FINDINGS_EXIT_HELP
     parser.add_argument(
-        "file", nargs="?", metavar="FILE", help="error text or log file; - (or a pipe) for stdin"
+        "file",
+        nargs="?",
+        metavar="FILE",
+        help="error text or log file; - (or a pipe) for stdin; only its last 1 MiB is read",
     )
     parser.add_argument(
         "--json", action="store_true", help='print one JSON object: {"oom": ..., "findings": [...]}'
@@ -76,7 +80,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(to_json(result.oom, result.findings), indent=2))
         return code
-    console = Console(highlight=False)
+    console = SafeConsole()
     if console.is_terminal:
         render(result, console)
         return code

@@ -10,6 +10,7 @@ from memdoc.cli.common import check_output_path
 from memdoc.errors import InputError
 from memdoc.importers import import_files, save_trace
 from memdoc.importers.smi_csv import parse_columns
+from memdoc.printable import printable
 from memdoc.units import format_duration
 
 NAME = "import"
@@ -48,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
         len(s) for k in trace.series_keys() if (s := trace.series(k.metric, k.device, k.pid))
     )
     print(
-        f"memdoc: wrote {out}: {len(trace.devices())} device(s), {values} values, "
+        printable(f"memdoc: wrote {out}") + ": "
+        f"{len(trace.devices())} device(s), {values} values, "
         f"{len(trace.events())} events over {format_duration(trace.duration_s)}"
     )
     return 0

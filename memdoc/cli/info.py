@@ -14,6 +14,7 @@ import psutil
 
 from memdoc.collectors.host import find_cgroup
 from memdoc.collectors.nvml_gate import NvmlUnavailable, open_gate
+from memdoc.printable import printable
 from memdoc.trace.model import allowlisted_env
 from memdoc.units import format_bytes
 from memdoc.version import __version__
@@ -91,40 +92,45 @@ def _version(dists: tuple[str, ...]) -> str | None:
 def run(args: argparse.Namespace) -> int:
     info = collect()
     if args.json:
-        print(json.dumps(info, indent=2))
+        print(json.dumps(info, indent=2))  # ASCII: JSON escapes every control character
         return 0
-    print(f"memdoc {info['memdoc']} · Python {info['python']} · {info['platform']}")
-    print(
+    _say(f"memdoc {info['memdoc']} · Python {info['python']} · {info['platform']}")
+    _say(
         f"host memory: {format_bytes(info['host_memory_total_bytes'])} total, "
         f"{format_bytes(info['host_memory_available_bytes'])} available"
     )
     cgroup = info.get("cgroup")
     if cgroup:
         limit = cgroup.get("cgroup.limit")
-        print(
+        _say(
             f"cgroup v{cgroup['version']}: limit {format_bytes(limit) if limit else 'none'}, "
             f"usage {format_bytes(cgroup.get('cgroup.usage'))}, "
             f"OOM kills {cgroup.get('cgroup.oom_kills', '-')}"
         )
     nvml = info["nvml"]
     if nvml["available"]:
-        print(f"NVIDIA driver {nvml['driver']}, {len(nvml['devices'])} device(s):")
+        _say(f"NVIDIA driver {nvml['driver']}, {len(nvml['devices'])} device(s):")
         for d in nvml["devices"]:
             mig = f" (MIG on GPU {d['parent_index']})" if d["parent_index"] is not None else ""
-            print(
+            _say(
                 f"  [{d['index']}] {d['name']}{mig}: {format_bytes(d['used_bytes'])} used of "
                 f"{format_bytes(d['total_bytes'])}, {d['processes']} process(es)"
             )
     else:
-        print(nvml["reason"])
+        _say(nvml["reason"])
         if nvml.get("hint"):
-            print(f"  hint: {nvml['hint']}")
-    print("packages:")
+            _say(f"  hint: {nvml['hint']}")
+    _say("packages:")
     for name, version in info["packages"].items():
-        print(f"  {name:<13} {version or 'not installed'}")
-    print("memory-relevant environment:")
+        _say(f"  {name:<13} {version or 'not installed'}")
+    _say("memory-relevant environment:")
     if not info["env"]:
-        print("  (none set)")
+        _say("  (none set)")
     for key, value in info["env"].items():
-        print(f"  {key}={value}")
+        _say(f"  {key}={value}")
     return 0
+
+
+def _say(line: str) -> None:
+    """Names, versions and environment values come from outside memdoc: shown, never obeyed."""
+    print(printable(line))

@@ -6,9 +6,11 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from memdoc.cli.common import Command
 from memdoc.errors import MemdocError
+from memdoc.printable import printable
 from memdoc.version import __version__
 
 # One module per command, in the order `memdoc --help` lists them.
@@ -38,8 +40,16 @@ def _commands() -> list[Command]:
     return commands
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, whose error line quotes the arguments given: shown, never obeyed."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {printable(message)}\n")
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="memdoc",
         description="GPU memory and OOM diagnostics for PyTorch, TensorFlow/Keras and JAX.",
     )
@@ -62,9 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return commands[args.command].run(args)
     except MemdocError as exc:
-        print(f"memdoc: error: {exc.message}", file=sys.stderr)
+        print(f"memdoc: error: {printable(exc.message)}", file=sys.stderr)
         if exc.hint:
-            print(f"memdoc: hint: {exc.hint}", file=sys.stderr)
+            print(f"memdoc: hint: {printable(exc.hint)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

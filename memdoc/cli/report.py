@@ -7,6 +7,7 @@ from pathlib import Path
 
 from memdoc.cli.common import check_output_path
 from memdoc.errors import MemdocError
+from memdoc.printable import printable
 
 NAME = "report"
 HELP = "write the HTML post-mortem report of one or more traces (one self-contained file)"
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from memdoc.report.html import write_report  # plotly and the rules: only when needed
 
     write_report(args.traces, output, force=args.force)
-    print(f"memdoc: report written to {output}")
+    print(printable(f"memdoc: report written to {output}"))
     return 0
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from memdoc.cli.common import check_output_path, warn
 from memdoc.errors import MemdocError
+from memdoc.printable import printable
 
 NAME = "run"
 HELP = "run a Python script, module or command and record its memory"
@@ -145,7 +146,8 @@ def _finish(
 
         print_end_of_run([trace], stream=sys.stderr, report_path=report)
     except Exception as exc:
-        print(f"memdoc: trace written to {trace} (no diagnosis: {exc})", file=sys.stderr)
+        said = printable(f"memdoc: trace written to {trace} (no diagnosis: {exc})")
+        print(said, file=sys.stderr)
 
 
 def _run_live(options: object, report: Path | None, args: argparse.Namespace) -> int:
@@ -154,7 +156,7 @@ def _run_live(options: object, report: Path | None, args: argparse.Namespace) ->
     from memdoc.run.parent import RunOptions, RunResult, run_program
 
     assert isinstance(options, RunOptions)
-    options.output_log = options.output.with_suffix(".log")
+    options.output_log = check_output_path(options.output.with_suffix(".log"), force=args.force)
     outcome: dict[str, RunResult | BaseException] = {}
 
     def target() -> None:

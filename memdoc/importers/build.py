@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from memdoc.errors import MemdocError, OutputExistsError
+from memdoc.files import refuse_foreign_link, temporary_beside
 from memdoc.trace.model import (
     SCHEMA_VERSION,
     DeviceInfo,
@@ -142,7 +143,9 @@ def save_trace(trace: Trace, path: str | os.PathLike[str], *, force: bool = Fals
     out = Path(path)
     if out.exists() and not force:
         raise OutputExistsError(str(out))
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    refuse_foreign_link(out)
+    fd, tmp = temporary_beside(out)
+    os.close(fd)
     try:
         _write(trace, tmp, out.parent)
         os.replace(tmp, out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import mmap
 import os
 import pickle
+import resource
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -36,6 +37,28 @@ _PREFIXED = {0x8C: 1, ord("X"): 4, 0x8D: 8, ord("C"): 1, ord("B"): 4, 0x8E: 8, 0
 _PREFIXED.update({0x8A: 1, 0x8B: 4, ord("U"): 1, ord("T"): 4})
 # Protocol 0 opcodes whose argument runs to the end of the line.
 _LINE_OPS = frozenset(b"ILFSVg")
+# What each opcode will cost in memory once unpickled, in bytes (CPython 3, 64-bit), on top
+# of the length of a string's or a number's argument. Every value pushed takes a slot in the
+# container it goes into (with the container's spare room); memo entries take one each. A
+# file is small next to what it builds: 20 MB of empty dicts is 10 million dicts, 0.8 GiB.
+_SLOT_BYTES = 16
+_COST_BYTES = [0] * 256
+for _op in b"NKhjg2\x88\x89":  # None, bools, cached small ints, memo gets, DUP: a slot
+    _COST_BYTES[_op] = _SLOT_BYTES
+for _op in b"JMILGF\x8a\x8b":  # ints and floats: an object each
+    _COST_BYTES[_op] = _SLOT_BYTES + 32
+for _op in b"}d":  # dicts
+    _COST_BYTES[_op] = _SLOT_BYTES + 64
+for _op in b"]l\x85\x86\x87t":  # lists and tuples (their items pay their own slots)
+    _COST_BYTES[_op] = _SLOT_BYTES + 64
+for _op in b"\x8f\x91":  # sets
+    _COST_BYTES[_op] = _SLOT_BYTES + 216
+for _op in b"\x8cX\x8dSVUT":  # strings: a header, and at most a byte per byte
+    _COST_BYTES[_op] = _SLOT_BYTES + 80
+for _op in b"CB\x8e\x96":  # bytes and bytearrays
+    _COST_BYTES[_op] = _SLOT_BYTES + 40
+for _op in b"\x94qrp":  # memo entries
+    _COST_BYTES[_op] = _SLOT_BYTES
 _LONG_BINPUT = ord("r")
 _PUT = ord("p")
 # Opcodes that import, call or look up objects: the way a pickle runs code.
@@ -73,6 +96,7 @@ def load_plain_pickle(path: str | os.PathLike[str]) -> Any:
         InputError: the file cannot be read.
     """
     path = Path(path)
+    _check_name(path)
     try:
         with open(path, "rb") as stream:
             size = os.fstat(stream.fileno()).st_size
@@ -88,6 +112,17 @@ def load_plain_pickle(path: str | os.PathLike[str]) -> Any:
         raise InputError(f"{path}: cannot read it (permission denied)") from None
     except OSError as exc:  # a pipe or a device cannot be mapped; a disk can fail
         raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+
+
+def _check_name(path: Path) -> None:
+    """A name from a damaged or hostile trace may be one no file can have (a NUL, a lone
+    surrogate): that is a missing file, not an error of memdoc's."""
+    try:
+        name = os.fsencode(path)
+    except UnicodeEncodeError:
+        name = b"\0"
+    if b"\0" in name:
+        raise InputError(f"{path}: no such file (no file can have this name)")
 
 
 def memory_needed_bytes(file_bytes: int) -> int:
@@ -114,33 +149,56 @@ def _check_size(path: Path, size: int) -> None:
         )
 
 
+def memory_budget_bytes() -> int:
+    """The memory a load may take: what is available, and no more than the address space
+    left under this process's limit (`ulimit -v`)."""
+    budget = int(psutil.virtual_memory().available)
+    limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if limit != resource.RLIM_INFINITY:
+        budget = min(budget, limit - int(psutil.Process().memory_info().vms))
+    return max(budget, 0)
+
+
 def _vet(path: Path, stream: BinaryIO) -> None:
     with mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) as data:
         if data[0] != _PROTO or not 2 <= data[1] <= 5:
             raise RefusedPickle(f"{path}: not a pickle (no pickle protocol 2-5 header)")
         try:
-            _scan(path, data)
+            cost_bytes = _scan(path, data)
         except IndexError:
             raise RefusedPickle(f"{path}: truncated pickle (it ends before its STOP)") from None
+    budget = memory_budget_bytes()
+    if cost_bytes > budget:
+        raise RefusedPickle(
+            f"{path}: refused: its objects would take about {format_bytes(cost_bytes)} of "
+            f"memory, {format_bytes(budget)} is available; nothing was loaded",
+            hint="analyse it on a machine with more memory",
+        )
 
 
 def _scan(path: Path, data: mmap.mmap) -> int:
-    """Walk every opcode; return the position of STOP. Kept flat: it runs once per byte."""
+    """Walk every opcode; return what the objects will cost in memory, in bytes, once built.
+    Kept flat: it runs once per byte."""
     step = _FIXED_STEP
     prefixed = _PREFIXED
+    costs = _COST_BYTES
     from_bytes = int.from_bytes
     pos = 0
+    cost = 0
     while True:
         op = data[pos]
+        cost += costs[op]
         skip = step[op]
         if skip:
             pos += skip
             continue
         if op == _STOP:
-            return pos
+            return cost
         width = prefixed.get(op)
         if width is not None:
-            pos += 1 + width + from_bytes(data[pos + 1 : pos + 1 + width], "little")
+            length = from_bytes(data[pos + 1 : pos + 1 + width], "little")
+            cost += length
+            pos += 1 + width + length
             if pos > len(data):
                 raise IndexError(pos)
         elif op == _LONG_BINPUT:
@@ -152,6 +210,7 @@ def _scan(path: Path, data: mmap.mmap) -> int:
                 raise IndexError(pos)
             if op == _PUT:
                 _check_memo_index(path, _int_or(data[pos + 1 : end], pos + 1), pos)
+            cost += end - pos
             pos = end + 1
         else:
             raise _refusal(path, op, pos)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from memdoc.importers.torch_snapshot import Snapshot, Stack, TraceEntry
+from memdoc.importers.torch_snapshot import NotASnapshot, Snapshot, Stack, TraceEntry
 
 # How each action moves the two totals. Allocated memory drops when the program frees a
 # tensor (free_requested), as `torch.cuda.memory_allocated()` does, not when a stream lets go.
@@ -68,11 +68,16 @@ def replay(snapshot: Snapshot, device: int) -> Replay:
     entries = snapshot.trace_on(device)
     allocated = array("q", [0]) * (len(entries) + 1)
     reserved = array("q", [0]) * (len(entries) + 1)
-    for i, entry in enumerate(entries):
-        allocated[i + 1] = allocated[i] + _ALLOCATED_SIGN.get(entry.action, 0) * entry.size_bytes
-        reserved[i + 1] = reserved[i] + _RESERVED_SIGN.get(entry.action, 0) * entry.size_bytes
-    _anchor(allocated, allocated_bytes_at_snapshot(snapshot, device))
-    _anchor(reserved, reserved_bytes_at_snapshot(snapshot, device))
+    try:
+        for i, entry in enumerate(entries):
+            allocated[i + 1] = (
+                allocated[i] + _ALLOCATED_SIGN.get(entry.action, 0) * entry.size_bytes
+            )
+            reserved[i + 1] = reserved[i] + _RESERVED_SIGN.get(entry.action, 0) * entry.size_bytes
+        _anchor(allocated, allocated_bytes_at_snapshot(snapshot, device))
+        _anchor(reserved, reserved_bytes_at_snapshot(snapshot, device))
+    except OverflowError:
+        raise NotASnapshot("damaged snapshot (its memory totals do not fit in 64 bits)") from None
     return Replay(device=device, entries=entries, allocated=allocated, reserved=reserved)
 
 

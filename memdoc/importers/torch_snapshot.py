@@ -193,7 +193,7 @@ def _items(items: list[Any], consume: bool) -> Iterable[Any]:
 def _any_history(raw_segments: list[Any]) -> bool:
     for segment in raw_segments:
         blocks = segment.get("blocks") if isinstance(segment, dict) else None
-        for block in blocks or ():
+        for block in blocks if isinstance(blocks, list) else ():
             if isinstance(block, dict) and "history" in block:
                 return True
             if isinstance(block, dict) and "frames" in block:
@@ -306,11 +306,12 @@ class _Reader:
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    """An integer as PyTorch writes them: 64 bits. A larger one is damage or an attack."""
+    return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
 
 
 def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return value if _is_int(value) else None
 
 
 def _int(raw: Mapping[str, Any], key: str, default: int | None = None) -> int:

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from rich.console import Console
 from rich.text import Text
 
 from memdoc.errors import MemdocError
+from memdoc.report.console import SafeConsole
 from memdoc.report.data import OomView, oom_view
 from memdoc.report.overview import Overview, build_overview
 from memdoc.rules.base import Finding
@@ -35,7 +35,7 @@ def print_end_of_run(
     report_path: str | os.PathLike[str] | None = None,
 ) -> None:
     """Diagnose the run's traces and print the outcome to `stream` (usually stderr)."""
-    console = Console(file=stream, highlight=False, soft_wrap=True, emoji=False)
+    console = SafeConsole(file=stream, soft_wrap=True)
     try:
         run = load_run(paths)
     except MemdocError as exc:

@@ -16,6 +16,7 @@ from typing import IO
 
 from memdoc import recordings
 from memdoc.collectors.registry import parent_collectors
+from memdoc.files import open_output
 from memdoc.run.channel import ENV_INTERVAL, ENV_SOCKET, AgentServer
 from memdoc.run.tee import StreamTee, same_file, should_tee
 from memdoc.session import Session, header_for_this_process
@@ -112,7 +113,7 @@ def _run_recorded(options: RunOptions, writer: TraceWriter) -> RunResult:
     env["MEMDOC_SNAPSHOT_DIR"] = str(options.output.resolve().parent)
     if options.record_allocations:
         env["MEMDOC_RECORD_ALLOCATIONS"] = "1"
-    log: IO[bytes] | None = open(options.output_log, "wb") if options.output_log else None  # noqa: SIM115
+    log = open_output(options.output_log, force=options.force) if options.output_log else None
     tee = (
         StreamTee(2) if log is None and should_tee(2) else None
     )  # started once signals are blocked

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, fields, replace
 from typing import Any
@@ -30,11 +31,18 @@ T_COLLECTOR = "collector"
 T_END = "end"
 
 _DUMPS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+_DUMPS_ASCII = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode
+# A lone surrogate: a byte that was not UTF-8 in an argument, a folder or an environment value
+# (Python holds it as U+DC80..U+DCFF), or a damaged string. UTF-8 cannot hold it; a JSON
+# escape can, and reads back as the same string.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def dumps(value: Any) -> str:
-    """Compact JSON; NaN and infinities are a bug upstream, so they raise."""
-    return _DUMPS(value)
+    """Compact JSON; NaN and infinities are a bug upstream, so they raise. Text that is not
+    valid Unicode is kept losslessly, as JSON `\\uXXXX` escapes."""
+    line = _DUMPS(value)
+    return _DUMPS_ASCII(value) if _SURROGATE.search(line) else line
 
 
 def round_t(t: float) -> float:
@@ -114,6 +122,11 @@ def _is_float(value: Any) -> bool:
         and math.isfinite(value)
         and abs(value) < _MAX_ABS_NUMBER
     )
+
+
+def is_time(value: Any) -> bool:
+    """A finite number of seconds that a run could last (NaN or 1e300 is damage)."""
+    return _is_float(value)
 
 
 def _is_str(value: Any) -> bool:

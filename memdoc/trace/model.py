@@ -281,26 +281,66 @@ class OomInfo:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> OomInfo:
-        """Inverse of `to_dict`; unknown keys are ignored (newer writers)."""
-        known = {f.name for f in fields(cls)}
+        """Inverse of `to_dict`; unknown keys are ignored (newer writers), and so is a value
+        of another type than its field's (a damaged or hostile trace): it reads as unknown."""
+        declared = {f.name: str(f.type) for f in fields(cls)}
         kwargs: dict[str, Any] = {}
         for name, raw in data.items():
-            if name not in known:
+            if name not in declared:
                 continue
-            value: Any = raw
-            if name == "processes":
-                value = tuple(
-                    ProcessUsage(
-                        pid=p.get("pid"),
-                        used_bytes=p.get("used_bytes"),
-                        this_process=bool(p.get("this_process", False)),
-                    )
-                    for p in raw
-                    if isinstance(p, Mapping)
-                )
-            elif name == "shape" and raw is not None:
-                value = tuple(int(v) for v in raw)
-            elif name in ("bfc_bins", "xla_buffers"):
-                value = tuple(tuple(v) for v in raw)
-            kwargs[name] = value
+            try:
+                kwargs[name] = _field_value(name, declared[name], raw)
+            except (TypeError, ValueError):
+                continue
         return cls(**kwargs)
+
+
+def _is_int(value: Any) -> bool:
+    """A whole number that fits the 64 bits every allocator counts in."""
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**63
+
+
+def _int(value: Any) -> int:
+    if not _is_int(value):
+        raise ValueError("not an integer")
+    return int(value)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else _int(value)
+
+
+def _field_value(name: str, declared: str, raw: Any) -> Any:
+    """`raw` as the field `name` of an `OomInfo` holds it.
+
+    Raises:
+        ValueError, TypeError: `raw` is not of the field's type.
+    """
+    if name == "processes":
+        return tuple(
+            ProcessUsage(
+                pid=_int_or_none(p.get("pid")),
+                used_bytes=_int_or_none(p.get("used_bytes")),
+                this_process=p.get("this_process") is True,
+            )
+            for p in raw
+            if isinstance(p, Mapping)
+        )
+    if name == "shape":
+        return None if raw is None else tuple(_int(v) for v in raw)
+    if name == "bfc_bins":
+        return tuple((_int(size), _int(chunks), _int(used)) for size, chunks, used in raw)
+    if name == "xla_buffers":
+        return tuple((str(what), _int(size)) for what, size in raw)
+    base = declared.removesuffix(" | None")
+    if raw is None:
+        if base == declared:
+            raise ValueError(f"{name} is missing")
+        return None
+    if base == "int":
+        return _int(raw)
+    if base == "str" and not isinstance(raw, str):
+        raise TypeError(f"{name} is not a string")
+    if base == "bool" and not isinstance(raw, bool):
+        raise TypeError(f"{name} is not true or false")
+    return raw

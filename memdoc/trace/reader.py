@@ -7,6 +7,7 @@ import gzip
 import json
 import math
 import os
+import stat
 import zlib
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
@@ -32,10 +33,28 @@ from memdoc.trace.model import (
     SeriesKey,
     framework_metric,
 )
+from memdoc.units import format_bytes
 
 _GZIP_MAGIC = b"\x1f\x8b"
 # A line this long is damage, not data: the writer never produces one.
 MAX_LINE_BYTES = 16 * 1024 * 1024
+# A trace compresses about ten times; a file that expands a hundred times more is a bomb
+# (or damage), refused before it fills memory. Small files may expand to the floor.
+MAX_EXPANSION = 100
+MIN_DECOMPRESSED_LIMIT_BYTES = 16 * 1024 * 1024
+# Days of sampling at ten lines a second; more is not a trace memdoc wrote.
+MAX_LINES = 50_000_000
+# What a damaged or hostile record raises as it is decoded (an Infinity where an id
+# belongs overflows): the line is skipped, the rest is read.
+RECORD_ERRORS = (
+    ValueError,
+    TypeError,
+    KeyError,
+    IndexError,
+    AttributeError,
+    OverflowError,
+    RecursionError,
+)
 
 
 @dataclass
@@ -352,7 +371,37 @@ def oom_of(event: Event) -> OomInfo | None:
 # -- loading ------------------------------------------------------------------------------
 
 
-def _open(path: Path) -> IO[bytes]:
+class _Decompressed:
+    """A gzip trace read line by line, refused once it expands past `limit_bytes`."""
+
+    def __init__(self, path: Path, stream: gzip.GzipFile, limit_bytes: int) -> None:
+        self._path = path
+        self._stream = stream
+        self._limit_bytes = limit_bytes
+        self._read_bytes = 0
+
+    def readline(self, size: int = -1) -> bytes:
+        line = self._stream.readline(size)
+        self._read_bytes += len(line)
+        if self._read_bytes > self._limit_bytes:
+            raise TraceError(
+                f"{self._path}: refused: it decompresses to more than "
+                f"{format_bytes(self._limit_bytes)}, over {MAX_EXPANSION} times its size "
+                "(a gzip bomb, or damage)"
+            )
+        return line
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def __enter__(self) -> _Decompressed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _open(path: Path) -> IO[bytes] | _Decompressed:
     try:
         raw = open(path, "rb")  # noqa: SIM115 - returned to the caller
     except FileNotFoundError:
@@ -362,13 +411,15 @@ def _open(path: Path) -> IO[bytes]:
     except OSError as exc:
         raise TraceError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     if raw.read(2) == _GZIP_MAGIC:
+        size = os.fstat(raw.fileno()).st_size
         raw.close()
-        return gzip.GzipFile(path, "rb")  # type: ignore[return-value]
+        limit = max(MIN_DECOMPRESSED_LIMIT_BYTES, MAX_EXPANSION * size)
+        return _Decompressed(path, gzip.GzipFile(path, "rb"), limit)
     raw.seek(0)
     return raw
 
 
-def _lines(stream: IO[bytes]) -> Iterator[bytes]:
+def _lines(stream: IO[bytes] | _Decompressed) -> Iterator[bytes]:
     try:
         while True:
             line = stream.readline(MAX_LINE_BYTES + 1)
@@ -381,8 +432,11 @@ def _lines(stream: IO[bytes]) -> Iterator[bytes]:
 
 
 def looks_like_trace(path: str | os.PathLike[str]) -> bool:
-    """True when the file starts with a memdoc trace header (cheap: reads one line)."""
+    """True when the file starts with a memdoc trace header (cheap: reads one line). A pipe
+    or a device is not one: reading it could block, or never end."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
         with _open(Path(path)) as stream:
             first = stream.readline(MAX_LINE_BYTES)
         record = json.loads(first)
@@ -410,9 +464,11 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
         return _parse(path, _lines(stream))
 
 
-def load_trace_lines(lines: Iterable[bytes], path: Path | None = None) -> Trace:
+def load_trace_lines(
+    lines: Iterable[bytes], path: Path | None = None, *, max_lines: int = MAX_LINES
+) -> Trace:
     """Load a trace from lines already in memory (tests, streams)."""
-    return _parse(path or Path("<memory>"), iter(lines))
+    return _parse(path or Path("<memory>"), iter(lines), max_lines)
 
 
 def _parse_header(path: Path, first: bytes | None) -> Header:
@@ -439,7 +495,7 @@ def _parse_header(path: Path, first: bytes | None) -> Header:
         raise TraceError(f"{path}: damaged trace header") from None
 
 
-def _parse(path: Path, lines: Iterator[bytes]) -> Trace:
+def _parse(path: Path, lines: Iterator[bytes], max_lines: int = MAX_LINES) -> Trace:
     header = _parse_header(path, next(lines, None))
     trace = Trace(header, path)
     ids: dict[int, SeriesKey] = {}
@@ -448,9 +504,14 @@ def _parse(path: Path, lines: Iterator[bytes]) -> Trace:
     last_bad = 0
     for raw in lines:
         line_no += 1
+        if line_no > max_lines:
+            raise TraceError(
+                f"{path}: refused: more than {max_lines} lines, more than memdoc ever writes "
+                "(damage, or a file made to fill memory)"
+            )
         try:
             _apply(trace, ids, json.loads(raw))
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError):
+        except RECORD_ERRORS:
             bad += 1
             last_bad = line_no
     if bad:
@@ -464,6 +525,8 @@ def _parse(path: Path, lines: Iterator[bytes]) -> Trace:
 def _apply(trace: Trace, ids: dict[int, SeriesKey], record: Any) -> None:
     if isinstance(record, list):
         t = float(record[0])
+        if not codec.is_time(t):
+            raise ValueError("the sample time is not a time")
         pairs = []
         for i in range(1, len(record) - 1, 2):
             value = record[i + 1]
@@ -508,7 +571,7 @@ def apply_record(trace: Trace, ids: dict[int, SeriesKey], record: Any) -> None:
     `ids` maps series ids to keys and must be kept from one call to the next.
 
     Raises:
-        ValueError, TypeError, KeyError, IndexError, AttributeError: a damaged record.
+        One of RECORD_ERRORS: a damaged record.
     """
     _apply(trace, ids, record)
 

@@ -11,6 +11,7 @@ from memdoc.errors import TraceError
 from memdoc.trace.model import SeriesKey
 from memdoc.trace.reader import (
     MAX_LINE_BYTES,
+    RECORD_ERRORS,
     Series,
     Trace,
     apply_record,
@@ -21,7 +22,6 @@ from memdoc.trace.reader import (
 _GZIP_MAGIC = b"\x1f\x8b"
 # What one poll reads at most, so that catching up with a large trace stays responsive.
 DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024
-_RECORD_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError)
 
 
 class TraceTail:
@@ -113,7 +113,7 @@ class TraceTail:
             return 1
         try:
             apply_record(self.trace, self._ids, json.loads(line))
-        except _RECORD_ERRORS:
+        except RECORD_ERRORS:
             self.damaged_lines += 1
             return 0
         return 1

@@ -11,7 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO
 
-from memdoc.errors import MemdocError, OutputExistsError
+from memdoc.errors import MemdocError
+from memdoc.files import open_output_text
 from memdoc.trace import codec
 from memdoc.trace.model import (
     CollectorStatus,
@@ -48,20 +49,9 @@ class TraceWriter:
         self._series: dict[SeriesKey, int] = {}
         self._last_flush = time.monotonic()
         self._closed = False
-        try:
-            if self.path.parent and not self.path.parent.exists():
-                raise MemdocError(
-                    f"cannot write the trace: folder {self.path.parent} does not exist"
-                )
-            self._file: IO[str] = open(  # noqa: SIM115 - closed in close()
-                self.path, "w" if force else "x", encoding="utf-8", buffering=1 << 16
-            )
-        except FileExistsError:
-            raise OutputExistsError(str(self.path)) from None
-        except OSError as exc:
-            raise MemdocError(
-                f"cannot write the trace {self.path}: {exc.strerror or exc}"
-            ) from None
+        if self.path.parent and not self.path.parent.exists():
+            raise MemdocError(f"cannot write the trace: folder {self.path.parent} does not exist")
+        self._file: IO[str] = open_output_text(self.path, force=force)
         self._write_line(codec.encode_header(header))
         self._flush()
 

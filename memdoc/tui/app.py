@@ -14,9 +14,11 @@ from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.notifications import SeverityLevel
 from textual.widgets import Footer
 from textual.worker import get_current_worker
 
+from memdoc.printable import printable
 from memdoc.rules.base import Finding
 from memdoc.tui.feed import Feed, LogTail, RulesFn, default_rules
 from memdoc.tui.html_report import open_in_browser, report_path_of, write_report
@@ -219,6 +221,24 @@ class MemdocApp(App[int]):
 
     def on_history_chart_resized(self, message: HistoryChart.Resized) -> None:
         self._set_request(columns=message.columns)
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """A notification whose text (paths, errors) is shown as written, never as markup."""
+        super().notify(
+            printable(message),
+            title=printable(title),
+            severity=severity,
+            timeout=timeout,
+            markup=False,
+        )
 
     def on_report_finished(self, message: ReportFinished) -> None:
         if message.path is None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import pickle
 import pickletools
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -184,3 +186,48 @@ def test_the_real_cli_refuses_a_hostile_snapshot_without_running_it(tmp_path: Pa
     assert done.stderr.decode().startswith("memdoc: error: ")
     assert b"Traceback" not in done.stderr
     assert sorted(os.listdir(tmp_path)) == ["snapshot.pickle"]
+
+
+MILLIONS = 10_000_000
+HEADROOM_BYTES = 400 * 2**20
+_LOAD_UNDER_A_LIMIT = """
+import resource, sys
+import psutil
+from memdoc.importers.safe_pickle import RefusedPickle, load_plain_pickle
+
+# Address space for the load: what the process has now, and HEADROOM more.
+vms = psutil.Process().memory_info().vms
+resource.setrlimit(resource.RLIMIT_AS, (vms + {headroom}, resource.RLIM_INFINITY))
+before_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    load_plain_pickle(sys.argv[1])
+    print("loaded")
+except RefusedPickle as exc:
+    print("refused:", exc.message)
+print("grew_kib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before_kib)
+"""
+
+
+@pytest.mark.parametrize(
+    "empty_container",
+    [pytest.param(b"}", id="empty-dicts"), pytest.param(b"]", id="empty-lists")],
+)
+def test_a_small_pickle_of_millions_of_objects_is_refused_before_it_is_built(
+    tmp_path: Path, empty_container: bytes
+) -> None:
+    # GIVEN 10 MB of opcodes that build ten million containers (about 0.7 GiB in memory)
+    bomb = tmp_path / "objects.pickle"
+    bomb.write_bytes(b"\x80\x04](" + empty_container * MILLIONS + b"e.")
+    program = tmp_path / "load.py"
+    program.write_text(_LOAD_UNDER_A_LIMIT.format(headroom=HEADROOM_BYTES))
+
+    # WHEN a process with 400 MiB of address space to spare loads it
+    done = subprocess.run(
+        [sys.executable, str(program), str(bomb)], capture_output=True, text=True, timeout=300
+    )
+
+    # THEN it is refused from the opcodes alone, and memory hardly moved
+    assert done.returncode == 0, done.stderr
+    assert "refused: its objects would take about" in done.stdout
+    grew_kib = int(done.stdout.split("grew_kib")[1])
+    assert grew_kib < 64 * 1024

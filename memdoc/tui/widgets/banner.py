@@ -10,6 +10,7 @@ from memdoc.tui.palette import MUTED
 from memdoc.tui.view import OomView
 from memdoc.tui.widgets.chart import format_trace_time
 from memdoc.tui.widgets.findings import CODE_STYLE, first_line
+from memdoc.tui.widgets.text import shown
 from memdoc.units import format_bytes, format_percent
 
 
@@ -69,4 +70,4 @@ class OomBanner(Static):
         self._key = key
         self.set_class(oom is not None, "-visible")
         if oom is not None:
-            self.update(oom_text(oom, findings))
+            self.update(shown(oom_text(oom, findings)))

@@ -8,6 +8,7 @@ from textual.widgets import Static
 
 from memdoc.rules.base import Finding, Fix
 from memdoc.tui.palette import ERROR, MUTED, fill_style
+from memdoc.tui.widgets.text import shown
 from memdoc.units import format_percent
 
 MAX_EVIDENCE = 2
@@ -85,4 +86,4 @@ class FindingsPanel(VerticalScroll):
         if findings == self.findings and error == self._error:
             return
         self.findings, self._error = findings, error
-        self._body.update(findings_text(findings, error))
+        self._body.update(shown(findings_text(findings, error)))

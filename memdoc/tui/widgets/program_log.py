@@ -6,6 +6,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from memdoc.tui.palette import MUTED
+from memdoc.tui.widgets.text import shown
 
 
 class ProgramLog(Widget):
@@ -30,4 +31,4 @@ class ProgramLog(Widget):
             text.append("\n")
             text.append(line)
         text.no_wrap, text.overflow = True, "ellipsis"
-        return text
+        return shown(text)

@@ -1,4 +1,4 @@
-"""Laying out short items of text: pack them into as few lines as a width allows."""
+"""Laying out short items of text: made printable, packed into as few lines as a width allows."""
 
 from __future__ import annotations
 
@@ -8,7 +8,35 @@ from rich.text import Text
 from textual.geometry import Size
 from textual.widget import Widget
 
+from memdoc.printable import printable
+
 SEPARATOR = "  "
+
+
+def shown(text: Text) -> Text:
+    """`text` with its styles, every character of it printable: a command line, a device
+    name or a log line that holds an escape sequence is shown, never obeyed by the terminal.
+
+    Text objects are never parsed as markup, so `[bold]` in a trace stays as written.
+    """
+    plain = text.plain
+    if printable(plain, keep_lines=True) == plain:
+        return text
+    edges = sorted({0, len(plain), *(e for span in text.spans for e in (span.start, span.end))})
+    result = Text(
+        style=text.style,
+        justify=text.justify,
+        overflow=text.overflow,
+        no_wrap=text.no_wrap,
+        end=text.end,
+    )
+    for piece in text.divide(edges[1:-1]):
+        part = Text(printable(piece.plain, keep_lines=True))
+        for span in piece.spans:  # each covers the whole piece: the edges cut at every span
+            if span.end > span.start:
+                part.stylize(span.style)
+        result.append_text(part)
+    return result
 
 
 def pack(items: Iterable[Text], width: int, separator: str = SEPARATOR) -> list[Text]:
@@ -53,9 +81,12 @@ class LinesWidget(Widget):
     def lines(self, width: int) -> list[Text]:
         raise NotImplementedError
 
+    def _printable_lines(self, width: int) -> list[Text]:
+        return [shown(line) for line in self.lines(width)]
+
     def update_lines(self) -> None:
         width = self.content_size.width
-        lines = self.lines(width)
+        lines = self._printable_lines(width)
         if lines == self._shown and width == self._shown_width:
             return
         resized = self._shown is None or self._height(lines, width) != self._height(
@@ -76,7 +107,7 @@ class LinesWidget(Widget):
 
     def _lines_for(self, width: int) -> list[Text]:
         if self._shown is None or width != self._shown_width:
-            self._shown, self._shown_width = self.lines(width), width
+            self._shown, self._shown_width = self._printable_lines(width), width
         return self._shown
 
     def _height(self, lines: list[Text], width: int) -> int:
