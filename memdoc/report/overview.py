@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from memdoc.report.ledger import held_series, oom_device
 from memdoc.report.timeline import end_words
+from memdoc.rules.host import job_limit
 from memdoc.trace import EventKind, Metric, OomInfo, Trace
 from memdoc.trace.model import FRAMEWORK_PREFIXES
 from memdoc.trace.reader import oom_of
@@ -56,6 +57,9 @@ class Overview:
     env: tuple[tuple[str, str], ...]
     unavailable: tuple[tuple[str, str, str | None], ...]  # (collector, reason, hint)
     trace_path: str | None
+    # The tightest limit on the run's host memory (address-space cap, cgroup or RAM).
+    host_limit_bytes: int | None = None
+    host_limit_name: str = ""
 
 
 def ending_of(trace: Trace) -> Ending:
@@ -173,6 +177,7 @@ def _last_value(trace: Trace, metric: str) -> int | None:
 def build_overview(trace: Trace) -> Overview:
     header = trace.header
     rss = trace.peak(Metric.HOST_RSS)
+    limit = job_limit(trace)
     return Overview(
         command=shlex.join(header.command) if header.command else "",
         host=header.host,
@@ -196,4 +201,6 @@ def build_overview(trace: Trace) -> Overview:
             (s.name, s.reason or "not available", s.hint) for s in trace.unavailable_collectors()
         ),
         trace_path=str(trace.path) if trace.path is not None else None,
+        host_limit_bytes=int(limit.limit_bytes) if limit is not None else None,
+        host_limit_name=limit.name if limit is not None else "",
     )

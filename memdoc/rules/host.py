@@ -14,6 +14,10 @@ HOST_KINDS = ("host-kill", "host-alloc", "shm", "dataloader-killed")
 RECENT_S = 1.0
 
 
+# How each kind of limit is called in a word, where the whole label does not fit.
+LIMIT_NAMES = {"rlimit-as": "address-space cap", "cgroup": "cgroup limit", "ram": "RAM"}
+
+
 @dataclass(frozen=True)
 class Limit:
     """A ceiling on memory and what sets it: an address-space cap, a cgroup, the machine."""
@@ -21,6 +25,11 @@ class Limit:
     label: str
     limit_bytes: float
     kind: str = ""  # "rlimit-as", "cgroup" or "ram": what the limit counts
+
+    @property
+    def name(self) -> str:
+        """ "cgroup limit", "address-space cap", "RAM"."""
+        return LIMIT_NAMES.get(self.kind, self.label)
 
 
 @dataclass(frozen=True)

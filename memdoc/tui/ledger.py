@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from memdoc.rules.host import LIMIT_NAMES
 from memdoc.trace.ledger import (
     ALLOCATED,
     CACHED_FREE,
@@ -95,10 +96,6 @@ def _used_fraction(ledger: Ledger) -> float | None:
             return None
         used = sum(p or 0 for p in pools)
     return min(1.0, max(0.0, used / total))
-
-
-# How the host bar names the limit it is drawn against, by the kind of limit.
-LIMIT_NAMES = {"rlimit-as": "address-space cap", "cgroup": "cgroup limit", "ram": "RAM"}
 
 
 @dataclass(frozen=True)
