@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from memdoc.rules.facts import GPU_FRAMEWORKS, Failure, framework_at, framework_name
+from memdoc.rules.facts import GPU_FRAMEWORKS, Failure, framework_at, framework_name, root_pid
 from memdoc.trace.model import EventKind, Metric, OomInfo
 from memdoc.trace.reader import Trace
 
@@ -88,14 +88,6 @@ def job_limit(trace: Trace) -> Limit | None:
     its cgroup's limit (or one above it), or the machine's RAM."""
     limits = host_limits(trace, root_pid(trace))
     return limits[0] if limits else None
-
-
-def root_pid(trace: Trace) -> int | None:
-    """The job's first process: the program `memdoc run` started, or the watched process."""
-    for process in trace.processes(ours=True):
-        if process.ppid == trace.header.pid:
-            return process.pid
-    return trace.header.pid
 
 
 def cgroup_limit_label(trace: Trace) -> str:

@@ -7,7 +7,8 @@ import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from memdoc.rules.host import job_limit, root_pid
+from memdoc.rules.facts import root_pid
+from memdoc.rules.host import job_limit
 from memdoc.trace import Metric, OomInfo, ProcessInfo, Trace
 from memdoc.trace.ledger import framework_pids, ledger_at
 from memdoc.trace.model import FRAMEWORK_PREFIXES

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memdoc.rules.base import Evidence, Finding, Fix
-from memdoc.rules.facts import Failure, failure, frameworks
+from memdoc.rules.facts import Failure, failure, frameworks, root_pid
 from memdoc.rules.host import (
     HOST_KINDS,
     Limit,
@@ -14,7 +14,6 @@ from memdoc.rules.host import (
     job_limit,
     job_peak_resident,
     resident_at_failure,
-    root_pid,
 )
 from memdoc.rules.spec import (
     CORROBORATION,
