@@ -153,7 +153,7 @@ def build_view(
         chart=chart,
         processes=process_rows(trace, device, now, use),
         host=host,
-        oom=_oom(events, now),
+        oom=_oom(events, now, survived=_exited_zero_by(trace, now)),
         warnings=tuple(trace.warnings),
         recordings=None if live is None else recording_rows(live, wall_now),
     )
@@ -259,12 +259,19 @@ def host_at(trace: Trace, t: float) -> HostView:
     )
 
 
-def _oom(events: EventIndex, t: float) -> OomView | None:
+def _oom(events: EventIndex, t: float, *, survived: bool = False) -> OomView | None:
+    """The last OOM up to `t`; caught when the program said so, or exited 0 since."""
     for event in reversed(events.ooms_until(t)):
         oom = oom_of(event)
         if oom is not None:
-            return OomView(event.t, oom, bool(event.data.get("handled", False)))
+            return OomView(event.t, oom, survived or bool(event.data.get("handled", False)))
     return None
+
+
+def _exited_zero_by(trace: Trace, t: float) -> bool:
+    """The program had exited 0 by `t`: every OOM before was caught and survived."""
+    end = trace.exit
+    return end is not None and end.status == 0 and end.t <= t
 
 
 def _status(

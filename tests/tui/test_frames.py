@@ -7,7 +7,18 @@ from pathlib import Path
 import pytest
 from rich.text import Text
 
-from memdoc.trace import SCHEMA_VERSION, Header, Metric, SeriesKey, Trace, load_trace
+from memdoc.trace import (
+    SCHEMA_VERSION,
+    Event,
+    EventKind,
+    ExitInfo,
+    Header,
+    Metric,
+    OomInfo,
+    SeriesKey,
+    Trace,
+    load_trace,
+)
 from memdoc.trace.ledger import Readings, build_ledger, ledger_at
 from memdoc.tui.demo import (
     CONTEXT_BYTES,
@@ -284,3 +295,18 @@ def test_without_a_gpu_the_host_bar_and_chart_are_drawn_against_the_tightest_lim
     assert view.ledger.limit_name == name  # type: ignore[union-attr]
     assert [s.size_bytes for s in view.ledger.segments()] == sizes
     assert view.chart.limit_bytes == capacity
+
+
+def test_an_oom_of_a_run_that_then_exited_0_is_shown_as_caught() -> None:
+    trace = _host_only({SeriesKey(Metric.HOST_RSS): 1 * GiB})
+    oom = OomInfo(framework="host", kind="host-alloc", message="MemoryError")
+    trace.add_event(Event(2.0, EventKind.OOM, None, {"oom": oom.to_dict()}))
+    trace.exit = ExitInfo(t=4.0, exit_code=0)
+
+    def shown_at(now: float) -> bool | None:
+        state = SourceState(KIND_FOLLOW, "run.memdoc", trace, now_t=now)
+        view = build_view(state, _events(trace), ViewRequest(columns=40), 0.0)
+        return view.oom.handled if view.oom is not None else None
+
+    assert shown_at(3.0) is False  # nothing says yet that the program went on
+    assert shown_at(4.0) is True
