@@ -309,8 +309,9 @@ def memory_error_event(
 
 def host_memory_now() -> dict[str, int]:
     """This process's memory at this instant, read in-process (no sampler may have run since
-    the program set its own cap): resident bytes, address space in use, and the
-    address-space cap (RLIMIT_AS) when one is set."""
+    the program set its own cap): resident bytes, address space in use, the address-space
+    cap (RLIMIT_AS) when one is set, and the tightest limit of this process's own cgroup
+    (a rank may run in a cgroup of its own)."""
     out: dict[str, int] = {}
     try:
         import resource
@@ -324,6 +325,15 @@ def host_memory_now() -> dict[str, int]:
         if soft != resource.RLIM_INFINITY:
             out["rlimit_as_bytes"] = int(soft)
     except (OSError, ValueError, IndexError, ImportError):
+        pass
+    try:
+        from memdoc.collectors.cgroup import find_cgroup
+
+        cgroup = find_cgroup(os.getpid())
+        limit = cgroup.tightest_limit() if cgroup is not None else None
+        if limit is not None:
+            out["cgroup_limit_bytes"] = limit.limit_bytes
+    except Exception:  # at an OOM even reading a file may fail: the rest still counts
         pass
     return out
 

@@ -74,8 +74,11 @@ def host_limits(
         if rlimit:
             label = f"address-space cap (RLIMIT_AS) of process {pid}"
             found.append(Limit(label, rlimit, "rlimit-as"))
+    own_cgroup = at_error.get("cgroup_limit_bytes")
     cgroup = _last(trace, Metric.CGROUP_LIMIT, None)
-    if cgroup:
+    if own_cgroup and own_cgroup != cgroup:  # the failing process is in a cgroup of its own
+        found.append(Limit(f"memory limit of the cgroup of process {pid}", own_cgroup, "cgroup"))
+    elif cgroup:
         found.append(Limit(cgroup_limit_label(trace), cgroup, "cgroup"))
     total = _last(trace, Metric.HOST_TOTAL, None)
     if total:

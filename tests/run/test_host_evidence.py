@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from memdoc.rules.facts import failure
+from memdoc.rules.host import host_limits
 from memdoc.trace import Metric, load_trace
 from tests.cgroups import real_memory_cgroup
 from tests.conftest import memdoc_cmd
@@ -98,3 +100,44 @@ def test_a_kill_in_a_shared_cgroup_quotes_the_jobs_own_peak_and_names_the_cgroup
     if cgroup.version == 2:
         limit = f"memory limit of cgroup {cgroup.path} (memory.max)"
     assert evidence[limit] == 450 * MiB
+
+
+# A worker that moves itself into a cgroup of its own (as a job step does), caps its own
+# address space and runs out: memdoc's sampler only ever saw the program's cgroup.
+WORKER_IN_ITS_OWN_CGROUP = textwrap.dedent(
+    """
+    import subprocess, sys
+    worker = '''
+    import os, resource, sys
+    with open(sys.argv[1] + "/cgroup.procs", "w") as procs:
+        procs.write(str(os.getpid()))
+    cap = 700 * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    blocks = []
+    while True:
+        blocks.append(bytearray(16 * 1024 * 1024))
+    '''
+    sys.exit(subprocess.run([sys.executable, "-c", worker, sys.argv[1]]).returncode)
+    """
+)
+
+
+def test_the_failing_processs_own_cgroup_limit_is_read_at_the_error(tmp_path: Path) -> None:
+    (tmp_path / "steps.py").write_text(WORKER_IN_ITS_OWN_CGROUP)
+    with real_memory_cgroup() as step:
+        step.limit(3 * 1024 * MiB)
+        run = subprocess.run(
+            [*memdoc_cmd("run", "-q", "-o", "t.memdoc", "steps.py", str(step.directory))],
+            cwd=tmp_path,
+            capture_output=True,
+            env={k: v for k, v in os.environ.items() if k != "MEMDOC_AGENT"},
+            timeout=120,
+        )
+
+    assert run.returncode == 1, run.stderr[-2000:]
+    trace = load_trace(tmp_path / "t.memdoc")
+    fail = failure(trace)
+    assert fail is not None and fail.host["cgroup_limit_bytes"] == 3 * 1024 * MiB
+    limits = {limit.label: limit.limit_bytes for limit in host_limits(trace, fail.pid, fail.host)}
+    assert limits[f"memory limit of the cgroup of process {fail.pid}"] == 3 * 1024 * MiB
+    assert limits[f"address-space cap (RLIMIT_AS) of process {fail.pid}"] == 700 * MiB
