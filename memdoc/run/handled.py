@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import Callable
@@ -44,13 +45,13 @@ def exit_recording_error_in_hand(
     and every `except Exception: log(...); sys.exit(1)`.
     """
 
+    @functools.wraps(real_exit)
     def exit(*args: object) -> NoReturn:
         in_hand = sys.exc_info()[1]
         if isinstance(in_hand, Exception):
             _record(session, in_hand, where="exit")
         real_exit(*args)
 
-    exit.__doc__ = real_exit.__doc__
     return exit
 
 

@@ -123,3 +123,33 @@ def test_an_oom_the_program_catches_and_survives_is_recorded_and_not_called_a_fa
     diagnosed = run_memdoc("diagnose", "t.memdoc", cwd=tmp_path)
     assert b"1 OOM caught and survived; the run exited 0" in diagnosed.stdout
     assert b"Ran out of" not in diagnosed.stdout
+
+
+def test_a_memory_error_the_program_exits_on_is_recorded_in_its_process(tmp_path: Path) -> None:
+    # GIVEN a program that catches a real MemoryError under its own cap, logs it, exits 3
+    (tmp_path / "loader.py").write_text(
+        textwrap.dedent(
+            """
+            import resource, sys
+            cap = 600 * 1024 * 1024
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+            try:
+                blocks = [bytearray(16 * 1024 * 1024) for _ in range(100)]
+            except MemoryError:
+                blocks = None
+                print("could not load the dataset", file=sys.stderr)
+                sys.exit(3)
+            """
+        )
+    )
+
+    run = run_memdoc("run", "-o", "t.memdoc", "loader.py", cwd=tmp_path)
+
+    # THEN the status is the program's, and the OOM is its own, with its cap
+    assert run.returncode == 3
+    trace = load_trace(tmp_path / "t.memdoc")
+    (event,) = trace.oom_events()
+    assert event.pid == trace.processes(ours=True)[0].pid
+    assert event.data["where"] == "exit"
+    assert event.data["host"]["rlimit_as_bytes"] == 600 * MiB
+    assert b"memdoc: Ran out of host memory (RAM)" in run.stderr
