@@ -92,10 +92,18 @@ def ending_of(trace: Trace) -> Ending:
             "error", f"Failed with exit code {end.exit_code}{_last_error(trace)}{at}", True, end.t
         )
     if survived:
-        count = len([e for e in trace.oom_events() if oom_of(e) is not None])
+        count = _distinct_ooms(trace)
         ooms = "1 OOM" if count == 1 else f"{count} OOMs"
         return Ending("ok", f"{ooms} caught and survived; the run exited 0{at}", False, end.t)
     return Ending("ok", f"Finished normally{at}", False, end.t)
+
+
+def _distinct_ooms(trace: Trace) -> int:
+    """How many OOMs the run had: those recorded in-process, when there are any, since
+    the allocator dumps read from stderr then only add detail to them."""
+    events = [e for e in trace.oom_events() if oom_of(e) is not None]
+    in_process = [e for e in events if e.data.get("source") != "stderr"]
+    return len(in_process or events)
 
 
 def _oom_words(trace: Trace, oom: OomInfo, pid: int | None) -> tuple[str, str]:

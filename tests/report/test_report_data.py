@@ -181,6 +181,13 @@ CAUGHT_OOM = Event(1.0, EventKind.OOM, PID, {"oom": OomInfo(device=0).to_dict(),
 LOGGED_OOM = Event(
     1.0, EventKind.OOM, None, {"oom": OomInfo(framework="host", kind="host-alloc").to_dict()}
 )
+# TensorFlow's BFC dump of that same OOM, read from stderr at the end.
+STDERR_DUMP = Event(
+    2.5,
+    EventKind.OOM,
+    PID,
+    {"oom": OomInfo(framework="tensorflow").to_dict(), "source": "stderr", "dump": "..."},
+)
 ERROR = Event(2.0, EventKind.EXCEPTION, PID, {"type": "ValueError"})
 
 
@@ -221,6 +228,13 @@ ERROR = Event(2.0, EventKind.EXCEPTION, PID, {"type": "ValueError"})
             "run",
             ("ok", "2 OOMs caught and survived; the run exited 0 after 3.0s", False),
             id="ooms the program logged, then exited 0",
+        ),
+        pytest.param(
+            ExitInfo(3.0, exit_code=0),
+            (CAUGHT_OOM, STDERR_DUMP),
+            "run",
+            ("ok", "1 OOM caught and survived; the run exited 0 after 3.0s", False),
+            id="a caught oom and its allocator dump from stderr",
         ),
         pytest.param(
             ExitInfo(3.0, exit_code=1),

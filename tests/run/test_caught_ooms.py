@@ -115,8 +115,10 @@ def test_an_oom_the_program_catches_and_survives_is_recorded_and_not_called_a_fa
     trace = load_trace(tmp_path / "t.memdoc")
     (event,) = trace.oom_events()
     assert event.data["oom"]["requested_bytes"] == 1 << 30
-    if sys.version_info >= (3, 12):  # seen where it was caught, in the program's process
-        assert event.pid == trace.processes(ours=True)[0].pid
+    # The program's own process: seen where it was caught (Python 3.12+), else the one
+    # Python process of the run printed it.
+    assert event.pid == trace.processes(ours=True)[0].pid
+    if sys.version_info >= (3, 12):
         assert event.data["handled"] is True
     assert b"memdoc: 1 OOM caught and survived; the run exited 0" in run.stderr
     assert b"Ran out of host memory" not in run.stderr
