@@ -155,3 +155,41 @@ def test_a_memory_error_the_program_exits_on_is_recorded_in_its_process(tmp_path
     assert event.data["where"] == "exit"
     assert event.data["host"]["rlimit_as_bytes"] == 600 * MiB
     assert b"memdoc: Ran out of host memory (RAM)" in run.stderr
+
+
+# TensorFlow's CPU BFC allocator capped at 64 MiB: a 128 MiB tensor raises a real
+# ResourceExhaustedError (and TensorFlow prints its allocator dump); the program falls back
+# to a smaller tensor and exits 0.
+TF_FALLBACK = textwrap.dedent(
+    """
+    import tensorflow as tf
+    try:
+        big = tf.ones((32 * 1024 * 1024,), dtype=tf.float32)
+        print("fitted", float(tf.reduce_sum(big)))
+    except tf.errors.ResourceExhaustedError:
+        small = tf.ones((1024,), dtype=tf.float32)
+        print("fell back", float(tf.reduce_sum(small)))
+    """
+)
+
+
+def test_a_tensorflow_oom_the_program_survives_is_counted_once_and_not_a_failure(
+    tmp_path: Path,
+) -> None:
+    _needs("tensorflow")
+    (tmp_path / "fallback.py").write_text(TF_FALLBACK)
+    env = {
+        "TF_CPU_ALLOCATOR_USE_BFC": "true",
+        "TF_CPU_BFC_MEM_LIMIT_IN_MB": "64",
+        "TF_CPP_MIN_LOG_LEVEL": "0",
+    }
+
+    run = run_memdoc("run", "-o", "t.memdoc", "fallback.py", cwd=tmp_path, env=env, timeout=240)
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert b"fell back 1024.0" in run.stdout
+    trace = load_trace(tmp_path / "t.memdoc")
+    ooms = trace.oom_events()
+    assert ooms and all(e.data["oom"]["framework"] == "tensorflow" for e in ooms)
+    assert b"memdoc: 1 OOM caught and survived; the run exited 0" in run.stderr
+    assert b"Ran out of" not in run.stderr
