@@ -58,6 +58,9 @@ class Session:
         self._step = 0
         self._last_tick_mono = float("-inf")
         self._step_callbacks: list[Any] = []
+        # Memory errors already recorded, so that one seen twice (caught, then again at exit)
+        # is one event. Exceptions take no weak references; their ids and text do.
+        self._recorded_ooms: list[tuple[int, str]] = []
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -187,18 +190,50 @@ class Session:
         *,
         where: str = "uncaught",
     ) -> None:
-        """Record an exception; a memory error also becomes an OOM event with parsed fields."""
-        self.sink.event(exception_event(exc, tb, pid=self.pid, where=where))
-        oom = memory_error_event(exc, pid=self.pid)
-        if oom is not None:
-            from memdoc.collectors.frameworks import oom_context
+        """Record an exception; a memory error also becomes an OOM event with parsed fields.
 
-            with self._lock:
-                active = list(self._active)
-            # What the frameworks knew at that moment (allocator stats, live arrays); the
-            # session's own fields win.
-            context = oom_context(active, exc)
-            self.sink.event(replace(oom, data={**context, **oom.data}))
+        An error another process raised and this one only relays (the parent of
+        `torch.multiprocessing.spawn` re-raising a rank's error) is recorded as that
+        process's OOM, without this process's memory, which says nothing about it.
+        """
+        self.sink.event(exception_event(exc, tb, pid=self.pid, where=where))
+        relayed_pid = relayed_from(exc)
+        oom = memory_error_event(
+            exc, pid=relayed_pid or self.pid, with_host=relayed_pid is None, where=where
+        )
+        if oom is None or not self._first_sighting(exc):
+            return
+        if relayed_pid is not None:
+            # This process's stack is where it re-raised, not where the rank failed.
+            data = {**oom.data, "stack": [], "relayed_by": self.pid}
+            self.sink.event(replace(oom, data=data))
+            return
+        from memdoc.collectors.frameworks import oom_context
+
+        with self._lock:
+            active = list(self._active)
+        # What the frameworks knew at that moment (allocator stats, live arrays); the
+        # session's own fields win.
+        context = oom_context(active, exc)
+        self.sink.event(replace(oom, data={**context, **oom.data}))
+
+    def _first_sighting(self, exc: BaseException) -> bool:
+        key = (id(exc), str(exc)[:200])
+        with self._lock:
+            if key in self._recorded_ooms:
+                return False
+            self._recorded_ooms = [*self._recorded_ooms[-7:], key]
+        return True
+
+
+def relayed_from(exc: BaseException) -> int | None:
+    """The pid of the process that really raised `exc`, when this one only relays it:
+    `torch.multiprocessing.spawn`'s ProcessException (a rank raised, or died) carries the
+    rank's pid (`error_pid`; `pid` in older releases)."""
+    if not any(cls.__name__ == "ProcessException" for cls in type(exc).__mro__):
+        return None
+    pid = getattr(exc, "error_pid", getattr(exc, "pid", None))
+    return pid if isinstance(pid, int) and pid != os.getpid() else None
 
 
 def header_for_this_process(command: Sequence[str], *, interval_s: float, mode: str) -> Header:
@@ -246,8 +281,11 @@ def exception_event(exc: BaseException, tb: TracebackType | None, *, pid: int, w
     )
 
 
-def memory_error_event(exc: BaseException, *, pid: int) -> Event | None:
-    """An OOM event when the exception is a memory error (by type or by its text)."""
+def memory_error_event(
+    exc: BaseException, *, pid: int, with_host: bool = True, where: str = "uncaught"
+) -> Event | None:
+    """An OOM event when the exception is a memory error (by type or by its text); with
+    this process's memory at this instant unless `with_host` is False."""
     from memdoc.oom import parse_text
     from memdoc.trace.model import OomInfo
 
@@ -260,8 +298,10 @@ def memory_error_event(exc: BaseException, *, pid: int) -> Event | None:
         return None
     frames = traceback.extract_tb(exc.__traceback__)
     stack = [f"{f.filename}:{f.lineno}:{f.name}" for f in frames][-MAX_STACK_FRAMES:]
-    data: dict[str, Any] = {"oom": oom.to_dict(), "stack": stack}
-    host = host_memory_now()
+    data: dict[str, Any] = {"oom": oom.to_dict(), "stack": stack, "where": where}
+    if where == "caught":
+        data["handled"] = True  # the program caught it and went on
+    host = host_memory_now() if with_host else {}
     if host:
         data["host"] = host
     return Event(t=time.time(), kind=EventKind.OOM, pid=pid, data=data)
@@ -269,8 +309,9 @@ def memory_error_event(exc: BaseException, *, pid: int) -> Event | None:
 
 def host_memory_now() -> dict[str, int]:
     """This process's memory at this instant, read in-process (no sampler may have run since
-    the program set its own cap): resident bytes, address space in use, and the
-    address-space cap (RLIMIT_AS) when one is set."""
+    the program set its own cap): resident bytes, address space in use, the address-space
+    cap (RLIMIT_AS) when one is set, and the tightest limit of this process's own cgroup
+    (a rank may run in a cgroup of its own)."""
     out: dict[str, int] = {}
     try:
         import resource
@@ -284,6 +325,15 @@ def host_memory_now() -> dict[str, int]:
         if soft != resource.RLIM_INFINITY:
             out["rlimit_as_bytes"] = int(soft)
     except (OSError, ValueError, IndexError, ImportError):
+        pass
+    try:
+        from memdoc.collectors.cgroup import find_cgroup
+
+        cgroup = find_cgroup(os.getpid())
+        limit = cgroup.tightest_limit() if cgroup is not None else None
+        if limit is not None:
+            out["cgroup_limit_bytes"] = limit.limit_bytes
+    except Exception:  # at an OOM even reading a file may fail: the rest still counts
         pass
     return out
 

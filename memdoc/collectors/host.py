@@ -3,95 +3,26 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
 from memdoc.collectors.base import SessionHandle, Values
+from memdoc.collectors.cgroup import CgroupFiles, cgroup_from_lines, find_cgroup
 from memdoc.trace.model import CollectorStatus, Event, EventKind, Metric, ProcessInfo, SeriesKey
 
 TREE_REFRESH_S = 1.0
 SYSTEM_REFRESH_S = 0.5
-_UNLIMITED = 1 << 60  # cgroup v1 writes a huge number for "no limit"
 
-
-@dataclass(frozen=True)
-class CgroupFiles:
-    """Where one cgroup's memory files are, for v2 or v1."""
-
-    version: int
-    usage: Path
-    limit: Path | None
-    events: Path | None  # v2 memory.events, or v1 memory.oom_control
-
-    def read(self) -> Values:
-        values: Values = {}
-        usage = _read_int(self.usage)
-        if usage is not None:
-            values[SeriesKey(Metric.CGROUP_USAGE)] = usage
-        if self.limit is not None:
-            limit = _read_int(self.limit)
-            if limit is not None and limit < _UNLIMITED:
-                values[SeriesKey(Metric.CGROUP_LIMIT)] = limit
-        if self.events is not None:
-            kills = _oom_kills(self.events)
-            if kills is not None:
-                values[SeriesKey(Metric.CGROUP_OOM_KILLS)] = kills
-        return values
-
-
-def find_cgroup(pid: int, root: Path = Path("/sys/fs/cgroup")) -> CgroupFiles | None:
-    """The memory cgroup of `pid` (v2 unified or v1 memory controller), if readable."""
-    try:
-        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    return cgroup_from_lines(lines, root)
-
-
-def cgroup_from_lines(lines: list[str], root: Path) -> CgroupFiles | None:
-    """Parse /proc/PID/cgroup lines ("0::/path" for v2, "N:memory:/path" for v1)."""
-    for line in lines:
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        _, controllers, rel = parts
-        rel = rel.lstrip("/")
-        if controllers == "":
-            base = root / rel
-            if (base / "memory.current").exists():
-                return CgroupFiles(
-                    2, base / "memory.current", base / "memory.max", base / "memory.events"
-                )
-            if (root / "memory.current").exists():  # inside a container: its root is its cgroup
-                return CgroupFiles(
-                    2, root / "memory.current", root / "memory.max", root / "memory.events"
-                )
-        elif "memory" in controllers.split(","):
-            for base in (root / "memory" / rel, root / "memory"):
-                if (base / "memory.usage_in_bytes").exists():
-                    return CgroupFiles(
-                        1,
-                        base / "memory.usage_in_bytes",
-                        base / "memory.limit_in_bytes",
-                        base / "memory.oom_control",
-                    )
-    return None
-
-
-def _read_int(path: Path) -> int | None:
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return None
-    if text == "max":
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        return None
+__all__ = [
+    "CgroupFiles",
+    "HostCollector",
+    "address_space_limit",
+    "cgroup_from_lines",
+    "find_cgroup",
+]
 
 
 def address_space_limit(pid: int, proc_root: Path = Path("/proc")) -> int | None:
@@ -106,17 +37,6 @@ def address_space_limit(pid: int, proc_root: Path = Path("/proc")) -> int | None
         if line.startswith("Max address space"):
             soft = line[len("Max address space") :].split()[0]
             return int(soft) if soft.isdigit() else None
-    return None
-
-
-def _oom_kills(path: Path) -> int | None:
-    try:
-        for line in path.read_text().splitlines():
-            name, _, value = line.partition(" ")
-            if name == "oom_kill":
-                return int(value)
-    except (OSError, ValueError):
-        return None
     return None
 
 
@@ -135,6 +55,7 @@ class HostCollector:
         self._last_system = 0.0
         self._system: Values = {}
         self._cgroup: CgroupFiles | None = None
+        self._cgroup_said: dict[str, object] | None = None
 
     def probe(self) -> CollectorStatus:
         try:
@@ -185,8 +106,12 @@ class HostCollector:
         self._system[SeriesKey(Metric.HOST_AVAILABLE)] = vm.available
         with contextlib.suppress(psutil.Error, OSError, RuntimeError):
             self._system[SeriesKey(Metric.HOST_SWAP_USED)] = psutil.swap_memory().used
+        for metric in (Metric.CGROUP_USAGE, Metric.CGROUP_LIMIT, Metric.CGROUP_OOM_KILLS):
+            self._system.pop(SeriesKey(metric), None)  # a cgroup moved to may lack one
         if self._cgroup is not None:
             self._system.update(self._cgroup.read())
+            self._say_cgroup(self._cgroup)
+        self._count_others(set(self._procs))
         for pid in list(self._procs):
             limit = address_space_limit(pid)
             key = SeriesKey(Metric.HOST_RLIMIT_AS, pid=pid)
@@ -213,6 +138,29 @@ class HostCollector:
                 continue
             self._procs[child.pid] = child
             self._announce(child, unix_t)
+
+    def _count_others(self, tree: set[int]) -> None:
+        """How many processes share the job's cgroup without being the job's: its usage is
+        the job's own only when none do (memdoc itself, sampling, does not count)."""
+        members = self._cgroup.member_pids() if self._cgroup is not None else None
+        key = SeriesKey(Metric.CGROUP_OTHER_PROCESSES)
+        if members is None:
+            self._system.pop(key, None)
+            return
+        self._system[key] = len(members - tree - {os.getpid()})
+
+    def _say_cgroup(self, cgroup: CgroupFiles) -> None:
+        """Record the job's cgroup and the one whose limit binds, once and on each change."""
+        limit = cgroup.tightest_limit()
+        data: dict[str, object] = {"path": cgroup.path, "version": cgroup.version}
+        if limit is not None:
+            data.update(
+                limit_bytes=limit.limit_bytes, limit_cgroup=limit.path, limit_file=limit.file
+            )
+        if data == self._cgroup_said or self._session is None:
+            return
+        self._cgroup_said = data
+        self._session.event(Event(t=time.time(), kind=EventKind.CGROUP, data=data))
 
     def _announce(self, proc: psutil.Process, unix_t: float) -> None:
         if self._session is None:

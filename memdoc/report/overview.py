@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from memdoc.report.ledger import held_series, oom_device
 from memdoc.report.timeline import end_words
+from memdoc.rules.host import job_limit
 from memdoc.trace import EventKind, Metric, OomInfo, Trace
 from memdoc.trace.model import FRAMEWORK_PREFIXES
 from memdoc.trace.reader import oom_of
@@ -56,21 +57,20 @@ class Overview:
     env: tuple[tuple[str, str], ...]
     unavailable: tuple[tuple[str, str, str | None], ...]  # (collector, reason, hint)
     trace_path: str | None
+    # The tightest limit on the run's host memory (address-space cap, cgroup or RAM).
+    host_limit_bytes: int | None = None
+    host_limit_name: str = ""
 
 
 def ending_of(trace: Trace) -> Ending:
-    """The run's end in words: an OOM or a kill first, then the exit status."""
+    """The run's end in words: an OOM or a kill first, then the exit status. A run that
+    exited 0 survived every OOM it recorded: the program caught them."""
     event = trace.ending_oom_event()
     oom = oom_of(event) if event is not None else None
     end = trace.exit
-    caught = (
-        event is not None
-        and bool(event.data.get("handled"))
-        and end is not None
-        and end.status == 0
-    )
-    if event is not None and oom is not None and not caught:
-        return Ending(*_oom_words(trace, oom), bad=True, t=event.t)
+    survived = event is not None and end is not None and end.status == 0
+    if event is not None and oom is not None and not survived:
+        return Ending(*_oom_words(trace, oom, event.pid), bad=True, t=event.t)
     if end is None:
         if trace.header.mode == "import":
             return Ending("imported", "Imported from another tool's files: no end recorded", False)
@@ -91,19 +91,39 @@ def ending_of(trace: Trace) -> Ending:
         return Ending(
             "error", f"Failed with exit code {end.exit_code}{_last_error(trace)}{at}", True, end.t
         )
-    note = " (an out-of-memory error was caught by the program)" if caught else ""
-    return Ending("ok", f"Finished normally{at}{note}", False, end.t)
+    if survived:
+        count = _distinct_ooms(trace)
+        ooms = "1 OOM" if count == 1 else f"{count} OOMs"
+        return Ending("ok", f"{ooms} caught and survived; the run exited 0{at}", False, end.t)
+    return Ending("ok", f"Finished normally{at}", False, end.t)
 
 
-def _oom_words(trace: Trace, oom: OomInfo) -> tuple[str, str]:
+def _distinct_ooms(trace: Trace) -> int:
+    """How many OOMs the run had: those recorded in-process, when there are any, since
+    the allocator dumps read from stderr then only add detail to them."""
+    events = [e for e in trace.oom_events() if oom_of(e) is not None]
+    in_process = [e for e in events if e.data.get("source") != "stderr"]
+    return len(in_process or events)
+
+
+def _oom_words(trace: Trace, oom: OomInfo, pid: int | None) -> tuple[str, str]:
     from memdoc.rules.host import on_host
 
+    rank = _rank_of(trace, pid)
+    who = f"Rank {rank} ran" if rank is not None else "Ran"
     if on_host(trace, oom):
-        return "host-oom", "Ran out of host memory (RAM)"
+        return "host-oom", f"{who} out of host memory (RAM)"
     device = oom_device(trace, oom)
     where = f" on GPU {device}" if device is not None else ""
-    who = f"Rank {trace.rank} ran" if trace.rank is not None else "Ran"
     return "oom", f"{who} out of GPU memory{where}"
+
+
+def _rank_of(trace: Trace, pid: int | None) -> int | None:
+    """The rank of the process that failed, else the rank the whole trace records."""
+    for process in trace.processes():
+        if pid is not None and process.pid == pid and process.rank is not None:
+            return process.rank
+    return trace.rank
 
 
 def _last_error(trace: Trace) -> str:
@@ -165,6 +185,7 @@ def _last_value(trace: Trace, metric: str) -> int | None:
 def build_overview(trace: Trace) -> Overview:
     header = trace.header
     rss = trace.peak(Metric.HOST_RSS)
+    limit = job_limit(trace)
     return Overview(
         command=shlex.join(header.command) if header.command else "",
         host=header.host,
@@ -188,4 +209,6 @@ def build_overview(trace: Trace) -> Overview:
             (s.name, s.reason or "not available", s.hint) for s in trace.unavailable_collectors()
         ),
         trace_path=str(trace.path) if trace.path is not None else None,
+        host_limit_bytes=int(limit.limit_bytes) if limit is not None else None,
+        host_limit_name=limit.name if limit is not None else "",
     )

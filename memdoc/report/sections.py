@@ -88,8 +88,8 @@ def _facts(ov: Overview) -> str:
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(ov.started_unix))
     rank = f"{ov.rank} of {ov.world_size}" if ov.rank is not None else None
     host_peak = format_bytes(ov.host_peak_rss_bytes) if ov.host_peak_rss_bytes else None
-    if host_peak and ov.cgroup_limit_bytes:
-        host_peak += f" (cgroup limit {format_bytes(ov.cgroup_limit_bytes)})"
+    if host_peak and ov.host_limit_bytes:
+        host_peak += f" (of the {format_bytes(ov.host_limit_bytes)} {ov.host_limit_name})"
     items = [
         ("Command", f"<code>{esc(ov.command)}</code>" if ov.command else None),
         ("Host", esc(ov.host) if ov.host else None),

@@ -17,7 +17,6 @@ from memdoc.report.overview import Overview, build_overview
 from memdoc.rules.base import Finding
 from memdoc.rules.confidence import confidence_word
 from memdoc.rules.engine import diagnose_run
-from memdoc.rules.host import on_host
 from memdoc.trace import Trace, load_run
 from memdoc.units import format_bytes, format_percent
 
@@ -62,13 +61,11 @@ def went_wrong(overview: Overview, oom: OomView | None, findings: Sequence[Findi
 
 
 def headline(trace: Trace, overview: Overview, oom: OomView | None) -> Text:
-    """How the run ended, in red when badly; a memory error in RAM is not called a GPU one."""
+    """How the run ended, in red when badly: which rank ran out, and of what memory; for a
+    run that exited 0, that the OOMs it recorded were caught and survived."""
     ending = overview.ending
     style = "bold red" if ending.bad else "bold yellow"
     text = ending.text if ending.bad or oom is not None else "finished, but memory looks wrong"
-    if oom is not None and ending.kind == "oom" and on_host(trace, oom.info):
-        who = f"Rank {trace.rank} ran" if trace.rank is not None else "Ran"
-        text = f"{who} out of host memory (RAM)"
     return Text(text, style=style)
 
 

@@ -95,10 +95,20 @@ def _facts(ov: Overview) -> list[tuple[str, str]]:
         ("duration", format_duration(ov.duration_s) if ov.duration_s else ""),
         ("frameworks", frameworks or "none seen"),
         ("steps", str(ov.steps) if ov.steps else ""),
-        ("host peak RSS", format_bytes(ov.host_peak_rss_bytes) if ov.host_peak_rss_bytes else ""),
+        ("host peak RSS", _host_peak(ov)),
         ("trace", ov.trace_path or ""),
     ]
     return [(k, v) for k, v in facts if v]
+
+
+def _host_peak(ov: Overview) -> str:
+    """ "1.2 GiB of the 8.0 GiB cgroup limit": the run's peak against what bounds it."""
+    if not ov.host_peak_rss_bytes:
+        return ""
+    peak = format_bytes(ov.host_peak_rss_bytes)
+    if ov.host_limit_bytes:
+        peak += f" of the {format_bytes(ov.host_limit_bytes)} {ov.host_limit_name}"
+    return peak
 
 
 def _gpu_table(ov: Overview) -> Table:

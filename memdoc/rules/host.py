@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from memdoc.rules.facts import GPU_FRAMEWORKS, Failure, framework_at, framework_name
+from memdoc.rules.facts import GPU_FRAMEWORKS, Failure, framework_at, framework_name, root_pid
 from memdoc.trace.model import EventKind, Metric, OomInfo
 from memdoc.trace.reader import Trace
 
@@ -14,12 +14,22 @@ HOST_KINDS = ("host-kill", "host-alloc", "shm", "dataloader-killed")
 RECENT_S = 1.0
 
 
+# How each kind of limit is called in a word, where the whole label does not fit.
+LIMIT_NAMES = {"rlimit-as": "address-space cap", "cgroup": "cgroup limit", "ram": "RAM"}
+
+
 @dataclass(frozen=True)
 class Limit:
     """A ceiling on memory and what sets it: an address-space cap, a cgroup, the machine."""
 
     label: str
     limit_bytes: float
+    kind: str = ""  # "rlimit-as", "cgroup" or "ram": what the limit counts
+
+    @property
+    def name(self) -> str:
+        """ "cgroup limit", "address-space cap", "RAM"."""
+        return LIMIT_NAMES.get(self.kind, self.label)
 
 
 @dataclass(frozen=True)
@@ -62,14 +72,54 @@ def host_limits(
     if pid is not None:
         rlimit = at_error.get("rlimit_as_bytes") or _last(trace, Metric.HOST_RLIMIT_AS, pid)
         if rlimit:
-            found.append(Limit(f"address-space cap (RLIMIT_AS) of process {pid}", rlimit))
+            label = f"address-space cap (RLIMIT_AS) of process {pid}"
+            found.append(Limit(label, rlimit, "rlimit-as"))
+    own_cgroup = at_error.get("cgroup_limit_bytes")
     cgroup = _last(trace, Metric.CGROUP_LIMIT, None)
-    if cgroup:
-        found.append(Limit("memory limit of the job's cgroup", cgroup))
+    if own_cgroup and own_cgroup != cgroup:  # the failing process is in a cgroup of its own
+        found.append(Limit(f"memory limit of the cgroup of process {pid}", own_cgroup, "cgroup"))
+    elif cgroup:
+        found.append(Limit(cgroup_limit_label(trace), cgroup, "cgroup"))
     total = _last(trace, Metric.HOST_TOTAL, None)
     if total:
-        found.append(Limit("host RAM", total))
+        found.append(Limit("host RAM", total, "ram"))
     return sorted(found, key=lambda limit: limit.limit_bytes)
+
+
+def job_limit(trace: Trace) -> Limit | None:
+    """The tightest limit on the job as a whole: the address-space cap of its first process,
+    its cgroup's limit (or one above it), or the machine's RAM."""
+    limits = host_limits(trace, root_pid(trace))
+    return limits[0] if limits else None
+
+
+def cgroup_limit_label(trace: Trace) -> str:
+    """ "memory limit of cgroup /job (memory.max)", saying when a cgroup above sets it."""
+    said = [e.data for e in trace.events(EventKind.CGROUP) if e.data.get("limit_bytes")]
+    if not said:
+        return "memory limit of the job's cgroup"
+    last = said[-1]
+    where, own = str(last.get("limit_cgroup")), str(last.get("path"))
+    above = "" if where == own else f", above the job's {own}"
+    return f"memory limit of cgroup {where} ({last.get('limit_file')}{above})"
+
+
+def job_peak_resident(trace: Trace) -> Held | None:
+    """The most resident memory the job's own processes held at one time.
+
+    The process tree's resident memory, summed over its live processes at each sample; the
+    cgroup's usage instead only when no other program ever shared that cgroup, since a
+    shared cgroup (a container, a login session) counts everything in it.
+    """
+    others = trace.series(Metric.CGROUP_OTHER_PROCESSES)
+    own_cgroup = others is not None and len(others) > 0 and max(others.values) == 0
+    usage = trace.peak(Metric.CGROUP_USAGE) if own_cgroup else None
+    if usage is not None:
+        return Held("peak memory of the job's own cgroup", usage[1])
+    rss = trace.peak(Metric.HOST_RSS)
+    if rss is not None:
+        return Held("peak resident memory of the job", rss[1])
+    return None
 
 
 def address_space_at_failure(trace: Trace, fail: Failure) -> float | None:

@@ -15,6 +15,7 @@ from memdoc.api import pop_session, push_session
 from memdoc.collectors.base import SessionHandle, Values
 from memdoc.collectors.registry import agent_collectors
 from memdoc.run.channel import ENV_INTERVAL, ENV_SOCKET, AgentChannel
+from memdoc.run.handled import exit_recording_error_in_hand, watch_caught_errors
 from memdoc.session import DEFAULT_INTERVAL_S, Session
 from memdoc.trace.model import CollectorStatus, EventKind, ProcessInfo
 
@@ -88,10 +89,23 @@ class LaunchRankWatcher:
 
 
 def _ranks() -> tuple[int | None, int | None]:
+    rank = _env_int("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK")
     return (
-        _env_int("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"),
+        rank if rank is not None else _process_group_rank(),
         _env_int("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"),
     )
+
+
+def _process_group_rank() -> int | None:
+    """The rank `torch.distributed.init_process_group(rank=...)` was given, once the program
+    has initialised it: `torch.multiprocessing.spawn` workers often set no variable."""
+    dist: Any = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except Exception:
+        return None
+    return None
 
 
 def _env_int(*names: str) -> int | None:
@@ -131,8 +145,28 @@ def _install_hooks() -> None:
 
     sys.excepthook = excepthook
     threading.excepthook = thread_hook
+    sys.exit = exit_recording_error_in_hand(sys.exit, _session_at_error)
+    watch_caught_errors(_session_at_error)
     atexit.register(_at_exit)
     os.register_at_fork(after_in_child=_after_fork)
+
+
+def _session_at_error() -> Session | None:
+    """The session, its process's rank brought up to date: set since the last sample, maybe."""
+    session = _session()
+    if session is not None:
+        with contextlib.suppress(Exception):
+            _report_rank(session)
+    return session
+
+
+def _report_rank(session: Session) -> None:
+    """Record the rank now, in case the program set it since the last sample."""
+    rank, local_rank = _ranks()
+    if rank is not None or local_rank is not None:
+        session.process(
+            ProcessInfo(pid=os.getpid(), t=time.time(), rank=rank, local_rank=local_rank)
+        )
 
 
 def _at_exit() -> None:

@@ -164,7 +164,8 @@ def _run_recorded(options: RunOptions, writer: TraceWriter) -> RunResult:
     exit_code, sig = (None, -returncode) if returncode < 0 else (returncode, None)
     if tee is not None:
         tee.join()
-        _record_stderr_ooms(writer, tee.text(), in_process=server.oom_events, t=end_t)
+        only = next(iter(server.agent_pids)) if len(server.agent_pids) == 1 else None
+        _record_stderr_ooms(writer, tee.text(), in_process=server.oom_events, t=end_t, pid=only)
     writer.event(
         Event(
             t=end_t,
@@ -180,9 +181,12 @@ def _run_recorded(options: RunOptions, writer: TraceWriter) -> RunResult:
     return RunResult(exit_code, sig, options.output, writer.error, len(server.agent_pids))
 
 
-def _record_stderr_ooms(writer: TraceWriter, text: str, *, in_process: int, t: float) -> None:
+def _record_stderr_ooms(
+    writer: TraceWriter, text: str, *, in_process: int, t: float, pid: int | None = None
+) -> None:
     """Memory errors the program printed: from processes without an agent, and the dumps
-    (TensorFlow's BFC allocator state, XLA's buffer assignment) that only stderr carries."""
+    (TensorFlow's BFC allocator state, XLA's buffer assignment) that only stderr carries.
+    `pid` is the one Python process of the run, which printed them, when there was one."""
     from memdoc.oom import parse_all
 
     for oom in parse_all(text):
@@ -193,7 +197,7 @@ def _record_stderr_ooms(writer: TraceWriter, text: str, *, in_process: int, t: f
         if has_dump and oom.line is not None:
             lines = text.splitlines()
             data["dump"] = "\n".join(lines[max(0, oom.line - 1) : oom.line + 400])[:200_000]
-        writer.event(Event(t=t, kind=EventKind.OOM, data=data))
+        writer.event(Event(t=t, kind=EventKind.OOM, pid=pid, data=data))
 
 
 def _wait_forwarding_signals(child: subprocess.Popen[bytes], *, forward: bool) -> int:

@@ -64,6 +64,8 @@ class Metric:
     CGROUP_USAGE = "cgroup.usage"
     CGROUP_LIMIT = "cgroup.limit"
     CGROUP_OOM_KILLS = "cgroup.oom_kills"
+    # Processes in the job's cgroup that are not the job's (0: the job has it to itself).
+    CGROUP_OTHER_PROCESSES = "cgroup.other_processes"
     # Driver view (NVML), per device; GPU_PROC_USED per device and pid.
     GPU_USED = "gpu.used"
     GPU_FREE = "gpu.free"
@@ -109,6 +111,8 @@ class EventKind:
     MODEL_STATE = "model_state"  # parameter / gradient / optimizer-state bytes
     SNAPSHOT = "snapshot"  # an allocation snapshot saved beside the trace
     NOTE = "note"
+    # The job's memory cgroup, and the cgroup whose limit is the tightest above it.
+    CGROUP = "cgroup"
 
 
 @dataclass(frozen=True)

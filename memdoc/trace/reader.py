@@ -319,7 +319,11 @@ class Trace:
         return self.events(EventKind.MARK)
 
     def oom_events(self) -> list[Event]:
-        return self.events(EventKind.OOM)
+        """OOM events; one that a parent only relayed (a spawn rank's error re-raised by
+        `join`) is left out when the failing process recorded its own."""
+        events = self.events(EventKind.OOM)
+        own = {e.pid for e in events if "relayed_by" not in e.data}
+        return [e for e in events if "relayed_by" not in e.data or e.pid not in own]
 
     def ooms(self) -> list[OomInfo]:
         return [oom for e in self.oom_events() if (oom := oom_of(e)) is not None]

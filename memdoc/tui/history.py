@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from memdoc.rules.host import job_limit
 from memdoc.trace import Metric, Series, Trace, framework_metric
 from memdoc.trace.model import FRAMEWORK_PREFIXES
 from memdoc.tui.timeline import EventIndex
@@ -75,7 +76,8 @@ def device_chart(trace: Trace, events: EventIndex, device: int, window: Window) 
 
 def host_chart(trace: Trace, events: EventIndex, window: Window) -> ChartData:
     """The chart when there is no GPU: the run's RSS, else the system's used memory."""
-    limit = _last(trace, Metric.CGROUP_LIMIT) or _last(trace, Metric.HOST_TOTAL)
+    binding = job_limit(trace)  # the tightest: an address-space cap, a cgroup, or RAM
+    limit = binding.limit_bytes if binding is not None else None
     rss = trace.series(Metric.HOST_RSS)
     if rss is not None:
         level = _Layer("host RSS", [rss])

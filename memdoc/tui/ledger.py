@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from memdoc.rules.host import LIMIT_NAMES
 from memdoc.trace.ledger import (
     ALLOCATED,
     CACHED_FREE,
@@ -99,18 +100,27 @@ def _used_fraction(ledger: Ledger) -> float | None:
 
 @dataclass(frozen=True)
 class HostLedger:
-    """Host memory as a bar: the run's RSS, everything else in use, and what is available."""
+    """Host memory as a bar against the limit that binds the run (an address-space cap, a
+    cgroup, or RAM): the run's RSS, what else the limit counts, and what is left."""
 
     total_bytes: int | None
     available_bytes: int | None
     rss_bytes: int | None  # the run's process tree; None for a system view
-    limit_bytes: int | None  # the cgroup's limit, when there is one
+    limit_bytes: int | None = None  # the tightest limit, when it is not RAM
+    limit_kind: str = "ram"  # "rlimit-as", "cgroup" or "ram"
+    counted_bytes: int | None = None  # what that limit counts (cgroup usage, address space)
 
     @property
     def capacity_bytes(self) -> int | None:
-        return self.total_bytes
+        return self.limit_bytes if self.limit_bytes else self.total_bytes
+
+    @property
+    def limit_name(self) -> str:
+        return LIMIT_NAMES.get(self.limit_kind, self.limit_kind) if self.limit_bytes else "RAM"
 
     def segments(self) -> list[Segment]:
+        if self.limit_bytes:
+            return self._under_limit(self.limit_bytes)
         out: list[Segment] = []
         used = None
         if self.total_bytes is not None and self.available_bytes is not None:
@@ -122,4 +132,15 @@ class HostLedger:
         else:
             out.append(Segment("others", "used", used))
         out.append(Segment("free", "available", self.available_bytes))
+        return out
+
+    def _under_limit(self, limit_bytes: int) -> list[Segment]:
+        """The run's RSS, the rest of what the limit counts, and the room left under it."""
+        rss = self.rss_bytes or 0
+        counted = max(self.counted_bytes or 0, rss)
+        out = [Segment("ours_rss", "this run (RSS)", self.rss_bytes)]
+        if self.counted_bytes is not None:
+            label = "rest of the cgroup" if self.limit_kind == "cgroup" else "mapped, not resident"
+            out.append(Segment("others", label, counted - rss))
+        out.append(Segment("free", "left under the limit", max(0, limit_bytes - counted)))
         return out

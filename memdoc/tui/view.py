@@ -7,6 +7,8 @@ import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from memdoc.rules.facts import root_pid
+from memdoc.rules.host import job_limit
 from memdoc.trace import Metric, OomInfo, ProcessInfo, Trace
 from memdoc.trace.ledger import framework_pids, ledger_at
 from memdoc.trace.model import FRAMEWORK_PREFIXES
@@ -63,6 +65,11 @@ class HostView:
     cgroup_usage_bytes: int | None
     cgroup_limit_bytes: int | None
     cgroup_oom_kills: int | None
+    # The tightest limit on the run (address-space cap, cgroup or RAM) and what it counts.
+    limit_bytes: int | None = None
+    limit_kind: str = "ram"
+    limit_label: str = ""
+    counted_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -126,7 +133,12 @@ def build_view(
     if device is None:
         chart = host_chart(trace, events, window)
         ledger = HostLedger(
-            host.total_bytes, host.available_bytes, host.rss_bytes, host.cgroup_limit_bytes
+            host.total_bytes,
+            host.available_bytes,
+            host.rss_bytes,
+            host.limit_bytes if host.limit_kind != "ram" else None,
+            host.limit_kind,
+            host.counted_bytes,
         )
     else:
         chart = device_chart(trace, events, device, window)
@@ -141,7 +153,7 @@ def build_view(
         chart=chart,
         processes=process_rows(trace, device, now, use),
         host=host,
-        oom=_oom(events, now),
+        oom=_oom(events, now, survived=_exited_zero_by(trace, now)),
         warnings=tuple(trace.warnings),
         recordings=None if live is None else recording_rows(live, wall_now),
     )
@@ -224,7 +236,19 @@ def host_at(trace: Trace, t: float) -> HostView:
         v = series.at(t) if series is not None else None
         return int(v) if v is not None else None
 
+    limit = job_limit(trace)
+    counted = None
+    if limit is not None and limit.kind == "cgroup":
+        counted = value(Metric.CGROUP_USAGE)
+    elif limit is not None and limit.kind == "rlimit-as":
+        vms = trace.series(Metric.HOST_VMS, pid=root_pid(trace))
+        at = vms.at(t) if vms is not None else None
+        counted = int(at) if at is not None else None
     return HostView(
+        limit_bytes=int(limit.limit_bytes) if limit is not None else None,
+        limit_kind=limit.kind if limit is not None else "ram",
+        limit_label=limit.label if limit is not None else "",
+        counted_bytes=counted,
         rss_bytes=value(Metric.HOST_RSS),
         available_bytes=value(Metric.HOST_AVAILABLE),
         total_bytes=value(Metric.HOST_TOTAL),
@@ -235,12 +259,19 @@ def host_at(trace: Trace, t: float) -> HostView:
     )
 
 
-def _oom(events: EventIndex, t: float) -> OomView | None:
+def _oom(events: EventIndex, t: float, *, survived: bool = False) -> OomView | None:
+    """The last OOM up to `t`; caught when the program said so, or exited 0 since."""
     for event in reversed(events.ooms_until(t)):
         oom = oom_of(event)
         if oom is not None:
-            return OomView(event.t, oom, bool(event.data.get("handled", False)))
+            return OomView(event.t, oom, survived or bool(event.data.get("handled", False)))
     return None
+
+
+def _exited_zero_by(trace: Trace, t: float) -> bool:
+    """The program had exited 0 by `t`: every OOM before was caught and survived."""
+    end = trace.exit
+    return end is not None and end.status == 0 and end.t <= t
 
 
 def _status(

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from memdoc.collectors.host import HostCollector, cgroup_from_lines
-from memdoc.trace import Metric, SeriesKey
+from memdoc.trace import EventKind, Metric, SeriesKey
+from tests.cgroups import real_memory_cgroup
 
 MiB = 1024**2
 
@@ -60,7 +61,8 @@ def test_children_are_found_their_rss_summed_and_their_exit_noticed() -> None:
     assert [p.pid for p in sink.processes] == [child.pid]
 
     collector.sample(time.time() + 5)
-    assert [e.kind for e in sink.events] == ["process_start", "process_exit"]
+    kinds = [e.kind for e in sink.events if e.kind.startswith("process")]
+    assert kinds == ["process_start", "process_exit"]
 
 
 def test_a_process_that_does_not_exist_is_unavailable_with_the_reason() -> None:
@@ -146,14 +148,62 @@ def test_a_program_that_moves_into_another_cgroup_is_followed(tmp_path: Path, mo
         (folder / "memory.current").write_text("1024\n")
         (folder / "memory.max").write_text(f"{limit}\n")
         (folder / "memory.events").write_text("oom_kill 0\n")
-    where = {"now": host.CgroupFiles(2, first / "memory.current", first / "memory.max", None)}
+    where = {"now": host.CgroupFiles(2, first, tmp_path)}
     monkeypatch.setattr(host, "find_cgroup", lambda pid, root=None: where["now"])
     collector = HostCollector(os.getpid())
     collector.start(_Sink())
     t0 = time.time()
     assert collector.sample(t0)[SeriesKey(Metric.CGROUP_LIMIT)] == 8 * MiB
 
-    where["now"] = host.CgroupFiles(2, second / "memory.current", second / "memory.max", None)
+    where["now"] = host.CgroupFiles(2, second, tmp_path)
     values = collector.sample(t0 + 2.0)
 
     assert values[SeriesKey(Metric.CGROUP_LIMIT)] == 4 * MiB
+
+
+def _sleeper(seconds: float = 30.0) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"])
+
+
+def test_a_limit_set_on_a_cgroup_above_the_jobs_bounds_it_and_is_named() -> None:
+    # GIVEN a job in a cgroup without a limit, below one limited to 256 MiB
+    with real_memory_cgroup() as parent:
+        parent.limit(256 * MiB)
+        inner = parent.child("step")
+        job = _sleeper()
+        try:
+            inner.add(job.pid)
+            collector = HostCollector(job.pid)
+            sink = _Sink()
+            collector.start(sink)
+            # WHEN it is sampled
+            values = collector.sample(time.time())
+        finally:
+            job.kill()
+            job.wait()
+
+    # THEN the parent's limit is the job's, and the trace says which cgroup set it
+    assert values[SeriesKey(Metric.CGROUP_LIMIT)] == 256 * MiB
+    (said,) = [e for e in sink.events if e.kind == EventKind.CGROUP]
+    assert said.data["path"] == inner.path
+    assert said.data["limit_cgroup"] == parent.path
+    assert said.data["limit_bytes"] == 256 * MiB
+
+
+def test_processes_in_the_jobs_cgroup_that_are_not_the_jobs_are_counted() -> None:
+    with real_memory_cgroup() as shared:
+        job, other = _sleeper(), _sleeper()
+        try:
+            shared.add(job.pid)
+            collector = HostCollector(job.pid)
+            collector.start(_Sink())
+            alone = collector.sample(time.time())
+            shared.add(other.pid)
+            together = collector.sample(time.time() + 2.0)
+        finally:
+            for proc in (job, other):
+                proc.kill()
+                proc.wait()
+
+    assert alone[SeriesKey(Metric.CGROUP_OTHER_PROCESSES)] == 0
+    assert together[SeriesKey(Metric.CGROUP_OTHER_PROCESSES)] == 1

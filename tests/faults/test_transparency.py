@@ -55,6 +55,34 @@ PROGRAMS = [
     pytest.param(
         Program(
             """
+            import sys
+            print(sys.exit.__name__, sys.exit.__module__, sys.exit.__doc__ is not None)
+            try:
+                raise MemoryError("out of RAM")
+            except MemoryError as exc:
+                print("caught", exc, file=sys.stderr)
+                sys.exit(3)
+            """
+        ),
+        id="exit-while-handling-a-memory-error",
+    ),
+    pytest.param(
+        Program(
+            """
+            import sys
+            for attempt in range(3):
+                try:
+                    raise MemoryError(f"attempt {attempt}")
+                except MemoryError as exc:
+                    print("retrying after", exc)
+            print("went on")
+            """
+        ),
+        id="memory-errors-caught-and-survived",
+    ),
+    pytest.param(
+        Program(
+            """
             def inner(x):
                 return {"a": 1}[x]
             print("before", flush=True)

@@ -177,6 +177,17 @@ def _ended(end: ExitInfo | None, *events: Event, mode: str = "run") -> tuple[str
 INCOMPLETE = "The trace has no end record: memdoc or the machine stopped before the program ended"
 IMPORTED = "Imported from another tool's files: no end recorded"
 CAUGHT_OOM = Event(1.0, EventKind.OOM, PID, {"oom": OomInfo(device=0).to_dict(), "handled": True})
+# What `memdoc run` reads from the program's stderr: no process, nothing says "handled".
+LOGGED_OOM = Event(
+    1.0, EventKind.OOM, None, {"oom": OomInfo(framework="host", kind="host-alloc").to_dict()}
+)
+# TensorFlow's BFC dump of that same OOM, read from stderr at the end.
+STDERR_DUMP = Event(
+    2.5,
+    EventKind.OOM,
+    PID,
+    {"oom": OomInfo(framework="tensorflow").to_dict(), "source": "stderr", "dump": "..."},
+)
 ERROR = Event(2.0, EventKind.EXCEPTION, PID, {"type": "ValueError"})
 
 
@@ -208,12 +219,22 @@ ERROR = Event(2.0, EventKind.EXCEPTION, PID, {"type": "ValueError"})
             ExitInfo(3.0, exit_code=0),
             (CAUGHT_OOM,),
             "run",
-            (
-                "ok",
-                "Finished normally after 3.0s (an out-of-memory error was caught by the program)",
-                False,
-            ),
+            ("ok", "1 OOM caught and survived; the run exited 0 after 3.0s", False),
             id="oom caught by the program",
+        ),
+        pytest.param(
+            ExitInfo(3.0, exit_code=0),
+            (LOGGED_OOM, LOGGED_OOM),
+            "run",
+            ("ok", "2 OOMs caught and survived; the run exited 0 after 3.0s", False),
+            id="ooms the program logged, then exited 0",
+        ),
+        pytest.param(
+            ExitInfo(3.0, exit_code=0),
+            (CAUGHT_OOM, STDERR_DUMP),
+            "run",
+            ("ok", "1 OOM caught and survived; the run exited 0 after 3.0s", False),
+            id="a caught oom and its allocator dump from stderr",
         ),
         pytest.param(
             ExitInfo(3.0, exit_code=1),

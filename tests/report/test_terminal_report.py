@@ -55,6 +55,16 @@ def test_a_host_only_run_has_a_per_step_line_and_no_ledger(tmp_path: Path) -> No
     assert "+160.0 MiB/step" in text
 
 
+def test_the_host_peak_is_shown_against_the_limit_that_bound_the_run(tmp_path: Path) -> None:
+    # GIVEN a run in a cgroup limited to 8 GiB
+    data, text, page = _both([write_host_only_run(tmp_path / "run.memdoc")])
+
+    assert data.overview.host_peak_rss_bytes is not None
+    peak = format_bytes(data.overview.host_peak_rss_bytes)
+    assert f"{peak} of the 8.0 GiB cgroup limit" in text
+    assert f"{peak} (of the 8.0 GiB cgroup limit)" in page
+
+
 @pytest.mark.parametrize(
     ("values", "expected"),
     [

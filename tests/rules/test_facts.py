@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from memdoc.rules.facts import Failure, failure, measured_baselines, step_curve
-from memdoc.rules.host import host_limits, on_host
+from memdoc.rules.facts import Failure, curve_capacity, failure, measured_baselines, step_curve
+from memdoc.rules.host import host_limits, job_limit, job_peak_resident, on_host
 from memdoc.rules.text_trace import text_trace
 from memdoc.trace import Metric, OomInfo, SeriesKey, load_trace
 from tests.rules.fixture_cases import RULE_FIXTURES
@@ -94,6 +94,68 @@ def test_host_limits_come_tightest_first_and_name_what_sets_them(tmp_path: Path)
         ("memory", 16 * GiB),
         ("host", 64 * GiB),
     ]
+
+
+@pytest.mark.parametrize(
+    ("limits", "expected"),
+    [
+        pytest.param({SeriesKey(Metric.CGROUP_LIMIT): 16 * GiB}, ("cgroup", 16 * GiB), id="cgroup"),
+        pytest.param(
+            {SeriesKey(Metric.CGROUP_LIMIT): 128 * GiB}, ("ram", 64 * GiB), id="cgroup-above-ram"
+        ),
+        pytest.param(
+            {
+                SeriesKey(Metric.CGROUP_LIMIT): 16 * GiB,
+                SeriesKey(Metric.HOST_RLIMIT_AS, pid=PID): 2 * GiB,
+            },
+            ("rlimit-as", 2 * GiB),
+            id="cap-of-the-program",
+        ),
+        pytest.param(
+            {SeriesKey(Metric.HOST_RLIMIT_AS, pid=PID + 1): 1 * GiB},
+            ("ram", 64 * GiB),
+            id="cap-of-one-worker-is-not-the-jobs",
+        ),
+    ],
+)
+def test_the_job_limit_is_the_tightest_of_the_programs_cap_its_cgroup_and_ram(
+    tmp_path: Path, limits: dict[SeriesKey, float], expected: tuple[str, float]
+) -> None:
+    rec = Recorder(tmp_path / "run.memdoc")
+    for t in (1.0, 2.0):
+        rec.sample(t, {SeriesKey(Metric.HOST_RSS): t * GiB, SeriesKey(Metric.HOST_TOTAL): 64 * GiB})
+        rec.sample(t, limits)
+    rec.end(3.0, exit_code=0)
+    trace = load_trace(tmp_path / "run.memdoc")
+
+    limit = job_limit(trace)
+    curve = step_curve(trace)
+
+    assert limit is not None and (limit.kind, limit.limit_bytes) == expected
+    assert curve is not None and curve_capacity(trace, curve, None) == expected[1]
+
+
+@pytest.mark.parametrize(
+    ("others", "expected"),
+    [
+        pytest.param(0, ("peak memory of the job's own cgroup", 5 * GiB), id="own-cgroup"),
+        pytest.param(3, ("peak resident memory of the job", 2 * GiB), id="shared-cgroup"),
+        pytest.param(None, ("peak resident memory of the job", 2 * GiB), id="unknown"),
+    ],
+)
+def test_the_jobs_peak_is_its_cgroups_usage_only_when_no_one_else_shares_it(
+    tmp_path: Path, others: int | None, expected: tuple[str, float]
+) -> None:
+    rec = Recorder(tmp_path / "run.memdoc")
+    values = {SeriesKey(Metric.HOST_RSS): 2 * GiB, SeriesKey(Metric.CGROUP_USAGE): 5 * GiB}
+    if others is not None:
+        values[SeriesKey(Metric.CGROUP_OTHER_PROCESSES)] = others
+    rec.sample(1.0, values)
+    rec.end(2.0, exit_code=0)
+
+    held = job_peak_resident(load_trace(tmp_path / "run.memdoc"))
+
+    assert held is not None and (held.label, held.held_bytes) == expected
 
 
 def test_steps_shorter_than_a_sample_share_one_baseline(tmp_path: Path) -> None:

@@ -7,7 +7,18 @@ from pathlib import Path
 import pytest
 from rich.text import Text
 
-from memdoc.trace import SCHEMA_VERSION, Header, Metric, SeriesKey, Trace, load_trace
+from memdoc.trace import (
+    SCHEMA_VERSION,
+    Event,
+    EventKind,
+    ExitInfo,
+    Header,
+    Metric,
+    OomInfo,
+    SeriesKey,
+    Trace,
+    load_trace,
+)
 from memdoc.trace.ledger import Readings, build_ledger, ledger_at
 from memdoc.tui.demo import (
     CONTEXT_BYTES,
@@ -231,3 +242,71 @@ def test_pack_keeps_items_whole_and_fills_lines() -> None:
     items = [Text("alpha 1"), Text("beta 22"), Text("gamma 333")]
     assert [line.plain for line in pack(items, 16)] == ["alpha 1  beta 22", "gamma 333"]
     assert [line.plain for line in pack(items, 200)] == ["alpha 1  beta 22  gamma 333"]
+
+
+def _host_only(values: dict[SeriesKey, float]) -> Trace:
+    trace = Trace(Header(version=SCHEMA_VERSION, created_unix=0.0, memdoc_version="test", pid=10))
+    for t in range(5):
+        trace.add_values(float(t), list(values.items()))
+    return trace
+
+
+@pytest.mark.parametrize(
+    ("limits", "capacity", "name", "sizes"),
+    [
+        pytest.param(
+            {SeriesKey(Metric.CGROUP_LIMIT): 8 * GiB, SeriesKey(Metric.CGROUP_USAGE): 6 * GiB},
+            8 * GiB,
+            "cgroup limit",
+            [4 * GiB, 2 * GiB, 2 * GiB],
+            id="cgroup",
+        ),
+        pytest.param(
+            {
+                SeriesKey(Metric.HOST_RLIMIT_AS, pid=10): 5 * GiB,
+                SeriesKey(Metric.HOST_VMS, pid=10): 4.5 * GiB,
+            },
+            5 * GiB,
+            "address-space cap",
+            [4 * GiB, 0.5 * GiB, 0.5 * GiB],
+            id="rlimit-as",
+        ),
+        pytest.param({}, 64 * GiB, "RAM", [4 * GiB, 16 * GiB, 44 * GiB], id="ram"),
+    ],
+)
+def test_without_a_gpu_the_host_bar_and_chart_are_drawn_against_the_tightest_limit(
+    limits: dict[SeriesKey, float], capacity: int, name: str, sizes: list[float]
+) -> None:
+    # GIVEN a run of 4 GiB resident on a 64 GiB machine with 44 GiB available
+    trace = _host_only(
+        {
+            SeriesKey(Metric.HOST_RSS): 4 * GiB,
+            SeriesKey(Metric.HOST_TOTAL): 64 * GiB,
+            SeriesKey(Metric.HOST_AVAILABLE): 44 * GiB,
+            **limits,
+        }
+    )
+    state = SourceState(KIND_FOLLOW, "run.memdoc", trace, now_t=4.0)
+
+    view = build_view(state, _events(trace), ViewRequest(columns=40), 0.0)
+
+    assert view.ledger is not None and view.chart is not None
+    assert view.ledger.capacity_bytes == capacity
+    assert view.ledger.limit_name == name  # type: ignore[union-attr]
+    assert [s.size_bytes for s in view.ledger.segments()] == sizes
+    assert view.chart.limit_bytes == capacity
+
+
+def test_an_oom_of_a_run_that_then_exited_0_is_shown_as_caught() -> None:
+    trace = _host_only({SeriesKey(Metric.HOST_RSS): 1 * GiB})
+    oom = OomInfo(framework="host", kind="host-alloc", message="MemoryError")
+    trace.add_event(Event(2.0, EventKind.OOM, None, {"oom": oom.to_dict()}))
+    trace.exit = ExitInfo(t=4.0, exit_code=0)
+
+    def shown_at(now: float) -> bool | None:
+        state = SourceState(KIND_FOLLOW, "run.memdoc", trace, now_t=now)
+        view = build_view(state, _events(trace), ViewRequest(columns=40), 0.0)
+        return view.oom.handled if view.oom is not None else None
+
+    assert shown_at(3.0) is False  # nothing says yet that the program went on
+    assert shown_at(4.0) is True

@@ -6,8 +6,16 @@ from dataclasses import dataclass
 
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
-from memdoc.rules.facts import Failure, failure, frameworks
-from memdoc.rules.host import HOST_KINDS, gpu_recorded, host_limits, resident_at_failure
+from memdoc.rules.facts import Failure, failure, frameworks, root_pid
+from memdoc.rules.host import (
+    HOST_KINDS,
+    Limit,
+    gpu_recorded,
+    host_limits,
+    job_limit,
+    job_peak_resident,
+    resident_at_failure,
+)
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
@@ -85,14 +93,21 @@ LIMIT_FIX = Fix(
 class _Pressure:
     """How close the host came to its limit, from the recorded series."""
 
-    peak_bytes: float | None
+    peak_bytes: float | None  # the job's own processes
     limit_bytes: float | None
     oom_kills: float
+    peak_label: str = "peak resident memory of the job"
+    limit_label: str = "memory limit"
+    # What the limit counts when that is not the job's resident memory: a shared cgroup's
+    # usage, or the address space of the capped process.
+    counted_label: str = ""
+    counted_bytes: float | None = None
 
     @property
     def near_limit(self) -> bool:
-        return bool(self.peak_bytes and self.limit_bytes) and (
-            float(self.peak_bytes or 0) >= NEAR_LIMIT * float(self.limit_bytes or 1)
+        used = self.counted_bytes if self.counted_bytes is not None else self.peak_bytes
+        return bool(used and self.limit_bytes) and (
+            float(used or 0) >= NEAR_LIMIT * float(self.limit_bytes or 1)
         )
 
 
@@ -187,7 +202,7 @@ shared memory show that the host itself was the limit.
         elif killed and pressure.near_limit:
             summary = (
                 f"The job was killed (SIGKILL) with {format_bytes(pressure.peak_bytes)} resident, "
-                f"near the {format_bytes(pressure.limit_bytes)} limit."
+                f"near the {format_bytes(pressure.limit_bytes)} {pressure.limit_label}."
             )
             signals = Signals(STRONG)
         elif killed:
@@ -197,7 +212,8 @@ shared memory show that the host itself was the limit.
             )
         elif pressure.near_limit and fail is None:
             summary = (
-                f"Host memory reached {format_bytes(pressure.peak_bytes)}, close to the limit."
+                f"Host memory reached {format_bytes(pressure.peak_bytes)}, close to the "
+                f"{format_bytes(pressure.limit_bytes)} {pressure.limit_label}."
             )
             signals = Signals(POSSIBLE)
         else:
@@ -327,16 +343,39 @@ def _error_evidence(trace: Trace, fail: Failure, pressure: _Pressure | None) -> 
 
 
 def _pressure(trace: Trace) -> _Pressure | None:
-    rss = trace.peak(Metric.CGROUP_USAGE) or trace.peak(Metric.HOST_RSS)
-    limit_series = trace.series(Metric.CGROUP_LIMIT) or trace.series(Metric.HOST_TOTAL)
-    limit = limit_series.last() if limit_series is not None else None
+    held = job_peak_resident(trace)
+    limit = job_limit(trace)
     kills = trace.series(Metric.CGROUP_OOM_KILLS)
     rose = 0.0
     if kills is not None and len(kills):
         rose = max(kills.values) - kills.values[0]
-    if rss is None and limit is None and kills is None:
+    if held is None and limit is None and kills is None:
         return None
-    return _Pressure(rss[1] if rss else None, limit[1] if limit else None, rose)
+    counted_label, counted = _counted(trace, limit, held.label if held else "")
+    return _Pressure(
+        held.held_bytes if held else None,
+        limit.limit_bytes if limit else None,
+        rose,
+        peak_label=held.label if held else "peak resident memory of the job",
+        limit_label=limit.label if limit else "memory limit",
+        counted_label=counted_label,
+        counted_bytes=counted,
+    )
+
+
+def _counted(trace: Trace, limit: Limit | None, held_label: str) -> tuple[str, float | None]:
+    """What the binding limit measures, when it is not the job's resident memory."""
+    if limit is None:
+        return "", None
+    if limit.kind == "cgroup" and "cgroup" not in held_label:
+        usage = trace.peak(Metric.CGROUP_USAGE)
+        if usage is not None:
+            return "peak usage of the cgroup, every process in it counted", usage[1]
+    if limit.kind == "rlimit-as":
+        vms = trace.peak(Metric.HOST_VMS, None, root_pid(trace))
+        if vms is not None:
+            return "peak address space of the capped process", vms[1]
+    return "", None
 
 
 def _killed(trace: Trace) -> bool:
@@ -354,13 +393,14 @@ def _several_processes(trace: Trace) -> bool:
 def _pressure_evidence(pressure: _Pressure) -> list[Evidence]:
     evidence: list[Evidence] = []
     if pressure.peak_bytes is not None:
-        evidence.append(bytes_evidence("peak resident memory of the job", pressure.peak_bytes))
+        evidence.append(bytes_evidence(pressure.peak_label, pressure.peak_bytes))
+    if pressure.counted_bytes is not None:
+        evidence.append(bytes_evidence(pressure.counted_label, pressure.counted_bytes))
     if pressure.limit_bytes:
-        evidence.append(bytes_evidence("memory limit", pressure.limit_bytes))
-        if pressure.peak_bytes is not None:
-            evidence.append(
-                share_evidence("peak / limit", pressure.peak_bytes / pressure.limit_bytes)
-            )
+        evidence.append(bytes_evidence(pressure.limit_label, pressure.limit_bytes))
+        used = pressure.counted_bytes if pressure.counted_bytes is not None else pressure.peak_bytes
+        if used is not None:
+            evidence.append(share_evidence("peak / limit", used / pressure.limit_bytes))
     if pressure.oom_kills:
         evidence.append(count_evidence("OOM kills in the job's cgroup", pressure.oom_kills))
     return evidence

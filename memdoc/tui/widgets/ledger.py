@@ -19,6 +19,9 @@ SHORT_LABELS = {
     "other processes": "others",
     "this run (RSS)": "run RSS",
     "other used": "others",
+    "rest of the cgroup": "others",
+    "mapped, not resident": "mapped",
+    "left under the limit": "left",
     "pool (split unknown)": "pool",
 }
 # Free and the unexplained remainder are shaded, not solid: nothing measured fills them.
@@ -60,8 +63,8 @@ def ledger_title(ledger: DeviceBar | HostLedger, name: str) -> Text:
         fraction = ledger.used_fraction
         if fraction is not None:
             text.append(f"  {format_percent(fraction)} used", style=fill_style(fraction))
-    elif ledger.limit_bytes:
-        text.append(f"  cgroup limit {format_bytes(ledger.limit_bytes)}", style=MUTED)
+    else:
+        text.append(f" {ledger.limit_name}", style=MUTED)
     return text
 
 

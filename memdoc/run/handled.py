@@ -1,0 +1,86 @@
+"""Memory errors the program handles itself: caught and survived, or caught and exited on."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+from collections.abc import Callable
+from types import CodeType
+from typing import Any, NoReturn
+
+from memdoc.session import Session, memory_error_event
+
+# Type names (anywhere in the class's bases) that a memory error can have: Python's own,
+# PyTorch's (CPU allocator failures are plain RuntimeErrors), TensorFlow's and XLA's.
+_MEMORY_ERROR_TYPES = frozenset(
+    {
+        "MemoryError",
+        "RuntimeError",
+        "OutOfMemoryError",
+        "ResourceExhaustedError",
+        "XlaRuntimeError",
+        "JaxRuntimeError",
+        "InternalError",
+    }
+)
+# sys.monitoring tool ids no convention reserves (0 debugger, 1 coverage, 2 profiler, 5
+# optimizer): memdoc takes the first free one, and gives way when both are taken.
+_FREE_TOOL_IDS = (3, 4)
+
+
+def could_be_memory_error(exc: BaseException) -> bool:
+    """A cheap test before the message is parsed: most caught exceptions are not."""
+    return any(cls.__name__ in _MEMORY_ERROR_TYPES for cls in type(exc).__mro__)
+
+
+def exit_recording_error_in_hand(
+    real_exit: Callable[..., NoReturn], session: Callable[[], Session | None]
+) -> Callable[..., NoReturn]:
+    """`sys.exit` as before, after recording a memory error being handled when it is called.
+
+    Programs that catch an error and exit with a status of their own never reach the
+    excepthook: `torch.multiprocessing.spawn` ranks (which hand the parent only the text),
+    and every `except Exception: log(...); sys.exit(1)`.
+    """
+
+    @functools.wraps(real_exit)
+    def exit(*args: object) -> NoReturn:
+        in_hand = sys.exc_info()[1]
+        if isinstance(in_hand, Exception):
+            _record(session, in_hand, where="exit")
+        real_exit(*args)
+
+    return exit
+
+
+def watch_caught_errors(session: Callable[[], Session | None]) -> bool:
+    """Record each memory error the program catches, in the process and at the moment it
+    is caught (Python 3.12+, through `sys.monitoring`; older Pythons have no cheap way to
+    see a caught exception). True when the watch is on."""
+    monitoring: Any = getattr(sys, "monitoring", None)
+    if monitoring is None:
+        return False
+    tool = next((i for i in _FREE_TOOL_IDS if monitoring.get_tool(i) is None), None)
+    if tool is None:
+        return False
+
+    def handled(code: CodeType, offset: int, exc: BaseException) -> None:
+        if isinstance(exc, Exception) and could_be_memory_error(exc):
+            _record(session, exc, where="caught")
+
+    monitoring.use_tool_id(tool, "memdoc")
+    monitoring.register_callback(tool, monitoring.events.EXCEPTION_HANDLED, handled)
+    monitoring.set_events(tool, monitoring.events.EXCEPTION_HANDLED)
+    return True
+
+
+def _record(session: Callable[[], Session | None], exc: Exception, *, where: str) -> None:
+    """Record `exc` if it is a memory error; the session is asked for only then."""
+    with contextlib.suppress(Exception):
+        if memory_error_event(exc, pid=os.getpid(), with_host=False) is None:
+            return
+        current = session()
+        if current is not None:
+            current.record_exception(exc, exc.__traceback__, where=where)

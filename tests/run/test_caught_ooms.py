@@ -1,0 +1,195 @@
+"""OOMs are recorded in the process that raised them, caught or not, with that process's rank."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from memdoc.trace import load_trace
+from tests.conftest import run_memdoc
+
+MiB = 1024**2
+
+# Two ranks on CPU (gloo); rank 1 caps its own address space 300 MiB above what it maps now,
+# writes the cap down, and asks for 1 GiB: a real failed host allocation in that rank only.
+SPAWN_RANK_OOM = textwrap.dedent(
+    """
+    import os, resource, socket, time
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    def work(rank, port):
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2
+        )
+        if rank == 1:
+            with open("/proc/self/statm") as statm:
+                mapped = int(statm.read().split()[0]) * resource.getpagesize()
+            cap = mapped + 300 * 1024 * 1024
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+            with open("cap.txt", "w") as f:
+                f.write(f"{os.getpid()} {cap}")
+            torch.ones(256 * 1024 * 1024)
+        time.sleep(5)
+
+    if __name__ == "__main__":
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        mp.spawn(work, args=(port,), nprocs=2)
+    """
+)
+
+
+def _needs(module: str) -> None:
+    pytest.importorskip(module)
+
+
+def test_a_spawned_rank_records_its_own_oom_with_its_rank_and_its_own_numbers(
+    tmp_path: Path,
+) -> None:
+    _needs("torch")
+    (tmp_path / "ranks.py").write_text(SPAWN_RANK_OOM)
+
+    run = run_memdoc("run", "-o", "t.memdoc", "ranks.py", cwd=tmp_path, timeout=180)
+
+    assert run.returncode == 1, run.stderr[-3000:]
+    rank_pid, cap = (int(v) for v in (tmp_path / "cap.txt").read_text().split())
+    trace = load_trace(tmp_path / "t.memdoc")
+    # THEN the one OOM is the rank's own, recorded in the rank, not relayed by the parent
+    (event,) = trace.oom_events()
+    assert event.pid == rank_pid
+    assert "relayed_by" not in event.data
+    assert event.data["host"]["rlimit_as_bytes"] == cap
+    ranks = {p.pid: p.rank for p in trace.processes()}
+    assert ranks[rank_pid] == 1
+    # AND the diagnosis quotes that rank's cap, and says which rank ran out
+    out = run_memdoc("diagnose", "--json", "t.memdoc", cwd=tmp_path)
+    evidence = {
+        e["text"].rpartition(": ")[0]: e["value"]
+        for f in json.loads(out.stdout)["findings"]
+        for e in f["evidence"]
+    }
+    assert evidence[f"address-space cap (RLIMIT_AS) of process {rank_pid}"] == cap
+    assert b"memdoc: Rank 1 ran out of host memory (RAM)" in run.stderr
+
+
+# A batch-size finder: each batch that does not fit under the address-space cap is logged
+# (to stderr, as `logging` does) and halved, until one fits; the program exits 0.
+RETRY_SMALLER = textwrap.dedent(
+    """
+    import logging, resource
+    import torch
+    with open("/proc/self/statm") as statm:
+        mapped = int(statm.read().split()[0]) * resource.getpagesize()
+    cap = mapped + 600 * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    batch = 1 << 30
+    while True:
+        try:
+            x = torch.ones(batch // 4)
+            break
+        except RuntimeError as exc:
+            logging.warning("batch of %d bytes did not fit: %s", batch, exc)
+            batch //= 4
+    print("fitted", batch)
+    """
+)
+
+
+def test_an_oom_the_program_catches_and_survives_is_recorded_and_not_called_a_failure(
+    tmp_path: Path,
+) -> None:
+    _needs("torch")
+    (tmp_path / "finder.py").write_text(RETRY_SMALLER)
+
+    run = run_memdoc("run", "-o", "t.memdoc", "finder.py", cwd=tmp_path, timeout=180)
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert b"fitted 268435456" in run.stdout
+    trace = load_trace(tmp_path / "t.memdoc")
+    (event,) = trace.oom_events()
+    assert event.data["oom"]["requested_bytes"] == 1 << 30
+    # The program's own process: seen where it was caught (Python 3.12+), else the one
+    # Python process of the run printed it.
+    assert event.pid == trace.processes(ours=True)[0].pid
+    if sys.version_info >= (3, 12):
+        assert event.data["handled"] is True
+    assert b"memdoc: 1 OOM caught and survived; the run exited 0" in run.stderr
+    assert b"Ran out of host memory" not in run.stderr
+    diagnosed = run_memdoc("diagnose", "t.memdoc", cwd=tmp_path)
+    assert b"1 OOM caught and survived; the run exited 0" in diagnosed.stdout
+    assert b"Ran out of" not in diagnosed.stdout
+
+
+def test_a_memory_error_the_program_exits_on_is_recorded_in_its_process(tmp_path: Path) -> None:
+    # GIVEN a program that catches a real MemoryError under its own cap, logs it, exits 3
+    (tmp_path / "loader.py").write_text(
+        textwrap.dedent(
+            """
+            import resource, sys
+            cap = 600 * 1024 * 1024
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+            try:
+                blocks = [bytearray(16 * 1024 * 1024) for _ in range(100)]
+            except MemoryError:
+                blocks = None
+                print("could not load the dataset", file=sys.stderr)
+                sys.exit(3)
+            """
+        )
+    )
+
+    run = run_memdoc("run", "-o", "t.memdoc", "loader.py", cwd=tmp_path)
+
+    # THEN the status is the program's, and the OOM is its own, with its cap
+    assert run.returncode == 3
+    trace = load_trace(tmp_path / "t.memdoc")
+    (event,) = trace.oom_events()
+    assert event.pid == trace.processes(ours=True)[0].pid
+    assert event.data["where"] == "exit"
+    assert event.data["host"]["rlimit_as_bytes"] == 600 * MiB
+    assert b"memdoc: Ran out of host memory (RAM)" in run.stderr
+
+
+# TensorFlow's CPU BFC allocator capped at 64 MiB: a 128 MiB tensor raises a real
+# ResourceExhaustedError (and TensorFlow prints its allocator dump); the program falls back
+# to a smaller tensor and exits 0.
+TF_FALLBACK = textwrap.dedent(
+    """
+    import tensorflow as tf
+    try:
+        big = tf.ones((32 * 1024 * 1024,), dtype=tf.float32)
+        print("fitted", float(tf.reduce_sum(big)))
+    except tf.errors.ResourceExhaustedError:
+        small = tf.ones((1024,), dtype=tf.float32)
+        print("fell back", float(tf.reduce_sum(small)))
+    """
+)
+
+
+def test_a_tensorflow_oom_the_program_survives_is_counted_once_and_not_a_failure(
+    tmp_path: Path,
+) -> None:
+    _needs("tensorflow")
+    (tmp_path / "fallback.py").write_text(TF_FALLBACK)
+    env = {
+        "TF_CPU_ALLOCATOR_USE_BFC": "true",
+        "TF_CPU_BFC_MEM_LIMIT_IN_MB": "64",
+        "TF_CPP_MIN_LOG_LEVEL": "0",
+    }
+
+    run = run_memdoc("run", "-o", "t.memdoc", "fallback.py", cwd=tmp_path, env=env, timeout=240)
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert b"fell back 1024.0" in run.stdout
+    trace = load_trace(tmp_path / "t.memdoc")
+    ooms = trace.oom_events()
+    assert ooms and all(e.data["oom"]["framework"] == "tensorflow" for e in ooms)
+    assert b"memdoc: 1 OOM caught and survived; the run exited 0" in run.stderr
+    assert b"Ran out of" not in run.stderr
