@@ -7,7 +7,6 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from typing import IO
 from memdoc import recordings
 from memdoc.collectors.registry import parent_collectors
 from memdoc.run.channel import ENV_INTERVAL, ENV_SOCKET, AgentServer
+from memdoc.run.rundir import create_run_dir, remove_stale_run_dirs
 from memdoc.run.tee import StreamTee, same_file, should_tee
 from memdoc.session import Session, header_for_this_process
 from memdoc.trace.model import (
@@ -103,8 +103,9 @@ def run_program(options: RunOptions) -> RunResult:
 
 
 def _run_recorded(options: RunOptions, writer: TraceWriter) -> RunResult:
-    sock_dir = tempfile.mkdtemp(prefix="memdoc-")
-    socket_path = os.path.join(sock_dir, "agent.sock")
+    remove_stale_run_dirs()
+    sock_dir = create_run_dir()
+    socket_path = str(sock_dir / "agent.sock")
     server = AgentServer(socket_path, writer)  # listening now, accepting once started
     env = child_environment(socket_path, options.interval_s, dict(os.environ))
     env.update(options.extra_env)
