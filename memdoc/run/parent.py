@@ -17,7 +17,7 @@ from memdoc import recordings
 from memdoc.collectors.registry import parent_collectors
 from memdoc.run.channel import ENV_INTERVAL, ENV_SOCKET, AgentServer
 from memdoc.run.rundir import create_run_dir, remove_stale_run_dirs
-from memdoc.run.tee import StreamTee, same_file, should_tee
+from memdoc.run.tee import stderr_tail
 from memdoc.session import Session, header_for_this_process
 from memdoc.trace.model import (
     Event,
@@ -114,20 +114,17 @@ def _run_recorded(options: RunOptions, writer: TraceWriter) -> RunResult:
     if options.record_allocations:
         env["MEMDOC_RECORD_ALLOCATIONS"] = "1"
     log: IO[bytes] | None = open(options.output_log, "wb") if options.output_log else None  # noqa: SIM115
-    tee = (
-        StreamTee(2) if log is None and should_tee(2) else None
-    )  # started once signals are blocked
+    # The program writes to its own stderr; memdoc keeps the tail beside it, never in between.
+    tail = stderr_tail(2) if log is None else None
     stdout: IO[bytes] | int | None = log
     stderr: IO[bytes] | int | None = subprocess.STDOUT if log is not None else None
-    if tee is not None:
-        stderr = tee.write_fd
-        if same_file(1, 2):  # `> log 2>&1`: one pipe keeps the program's own ordering
-            stdout = tee.write_fd
+    if tail is not None:
+        stdout, stderr = tail.stdout_fd, tail.stderr_fd
     try:
         child = subprocess.Popen(options.command, env=env, stdout=stdout, stderr=stderr)
     except OSError as exc:
-        if tee is not None:
-            tee.close_write_end()
+        if tail is not None:
+            tail.program_started()
         server.stop(drain_s=0)
         writer.event(
             Event(t=time.time(), kind=EventKind.NOTE, data={"text": f"could not start: {exc}"})
@@ -135,16 +132,14 @@ def _run_recorded(options: RunOptions, writer: TraceWriter) -> RunResult:
         writer.close(ExitInfo(t=time.time(), exit_code=127, reason="could not start the program"))
         shutil.rmtree(sock_dir, ignore_errors=True)
         raise
-    if tee is not None:
-        tee.close_write_end()
     # Block the forwarded signals before memdoc starts any thread, so that only the
     # forwarding thread takes them (the child was started before, with the mask unblocked).
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED) if in_main else None
     try:
         server.start()
-        if tee is not None:
-            tee.start()
+        if tail is not None:
+            tail.program_started()
         writer.process(
             ProcessInfo(
                 pid=child.pid, t=time.time(), ppid=os.getpid(), command=tuple(options.command)
@@ -162,9 +157,8 @@ def _run_recorded(options: RunOptions, writer: TraceWriter) -> RunResult:
         if previous is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     exit_code, sig = (None, -returncode) if returncode < 0 else (returncode, None)
-    if tee is not None:
-        tee.join()
-        _record_stderr_ooms(writer, tee.text(), in_process=server.oom_events, t=end_t)
+    if tail is not None:
+        _record_stderr_ooms(writer, tail.text(), in_process=server.oom_events, t=end_t)
     writer.event(
         Event(
             t=end_t,

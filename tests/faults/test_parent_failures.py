@@ -4,14 +4,17 @@ slow the program it watches. Real processes, real signals, real files and pipes.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.conftest import memdoc_cmd
 
@@ -103,3 +106,80 @@ def test_a_killed_runs_folder_is_removed_at_the_next_start_and_a_live_runs_is_ke
         assert foreign.is_dir()
         assert theirs.is_dir() or os.geteuid() != 0
         assert live.poll() is None
+
+
+TALKER = """
+import os, sys, time
+with open("running", "w") as f:
+    f.write(str(os.getpid()))
+for i in range(LINES):
+    print(f"line {i}", file=sys.stderr, flush=True)
+    time.sleep(0.01)
+print("done", flush=True)
+"""
+LINES = 250
+
+# Runs `memdoc run` with its stderr sent to a file or a pipe, SIGKILLs memdoc while the program
+# writes, and reports how the program ended. As a child subreaper it becomes the parent of the
+# orphaned program, so it can wait for the program's own exit status.
+DRIVER = """
+import ctypes, json, os, subprocess, sys, threading, time
+mode = sys.argv[1]
+ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+cmd = [sys.executable, "-m", "memdoc", "run", "-q", "-o", "t.memdoc", "talker.py"]
+out = open("out.txt", "wb")
+if mode == "file":
+    memdoc = subprocess.Popen(cmd, stdout=out, stderr=open("err.txt", "wb"))
+elif mode == "pipe":
+    memdoc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE)
+else:
+    memdoc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+stream = memdoc.stdout if mode == "same-pipe" else memdoc.stderr
+got = []
+reader = threading.Thread(target=lambda: got.append(stream.read()) if stream else None)
+reader.start()
+while not os.path.exists("running") or not open("running").read():
+    time.sleep(0.01)
+program = int(open("running").read())
+time.sleep(0.6)
+memdoc.kill()
+memdoc.wait()
+status = None
+while True:
+    try:
+        pid, raw = os.waitpid(-1, 0)
+    except ChildProcessError:
+        break
+    if pid == program:
+        status = os.waitstatus_to_exitcode(raw)
+reader.join()
+text = got[0] if got and got[0] else open("err.txt", "rb").read() if mode == "file" else b""
+print(json.dumps({"status": status, "stderr": text.decode(), "memdoc": memdoc.returncode}))
+"""
+
+
+@pytest.mark.parametrize("mode", ["file", "pipe", "same-pipe"])
+def test_the_program_goes_on_with_all_its_output_when_memdoc_is_killed(
+    tmp_path: Path, mode: str
+) -> None:
+    (tmp_path / "talker.py").write_text(TALKER.replace("LINES", str(LINES)))
+    (tmp_path / "driver.py").write_text(DRIVER)
+
+    done = subprocess.run(
+        [sys.executable, "driver.py", mode],
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        capture_output=True,
+        timeout=120,
+    )
+
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["memdoc"] == -signal.SIGKILL  # memdoc died mid-run
+    assert result["status"] == 0  # the program did not
+    lines = [x for x in result["stderr"].splitlines() if x.startswith("line ")]
+    assert lines == [f"line {i}" for i in range(LINES)]
+    if mode == "same-pipe":
+        assert result["stderr"].splitlines()[-1] == "done"
+    else:
+        assert (tmp_path / "out.txt").read_text() == "done\n"
