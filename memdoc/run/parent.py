@@ -200,7 +200,8 @@ def _wait_forwarding_signals(child: subprocess.Popen[bytes], *, forward: bool) -
     def forward_loop() -> None:
         while not done.is_set():
             info = signal.sigtimedwait(_FORWARDED, 0.2)
-            if info is None:
+            # A stop and continue (SIGSTOP, SIGCONT) can end the wait with no signal in it.
+            if info is None or info.si_signo not in _FORWARDED:
                 continue
             from_terminal = info.si_code == _SI_KERNEL or (
                 info.si_signo == signal.SIGINT and info.si_pid == 0

@@ -109,6 +109,7 @@ class EventKind:
     MODEL_STATE = "model_state"  # parameter / gradient / optimizer-state bytes
     SNAPSHOT = "snapshot"  # an allocation snapshot saved beside the trace
     NOTE = "note"
+    LOSS = "loss"  # an agent dropped samples/events while memdoc could not keep up
 
 
 @dataclass(frozen=True)
@@ -169,6 +170,18 @@ class CollectorStatus:
     reason: str | None = None
     hint: str | None = None
     version: str | None = None
+
+
+@dataclass(frozen=True)
+class Loss:
+    """Samples and events an agent dropped between `start_s` and `end_s` (seconds since the
+    trace started) because memdoc could not keep up (stopped, swapped out, too slow)."""
+
+    pid: int | None
+    start_s: float
+    end_s: float
+    samples: int
+    events: int
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from memdoc.trace import load_trace
 from tests.conftest import memdoc_cmd
 
 
@@ -183,3 +184,88 @@ def test_the_program_goes_on_with_all_its_output_when_memdoc_is_killed(
         assert result["stderr"].splitlines()[-1] == "done"
     else:
         assert (tmp_path / "out.txt").read_text() == "done\n"
+
+
+STEPPER = """
+import json, os, sys, time
+import memdoc
+with open("running", "w") as f:
+    f.write(str(os.getpid()))
+steps = 0
+end = time.perf_counter() + RUN_S
+while time.perf_counter() < end:
+    memdoc.step()
+    steps += 1
+    until = time.perf_counter() + 20e-6  # a short step: tens of thousands a second
+    while time.perf_counter() < until:
+        pass
+print(json.dumps({"steps": steps}), flush=True)
+"""
+RUN_S = 6.0
+STOP_S = 3.0
+
+
+def _start_stepper(folder: Path) -> subprocess.Popen[bytes]:
+    folder.mkdir()
+    (folder / "stepper.py").write_text(STEPPER.replace("RUN_S", str(RUN_S)))
+    return subprocess.Popen(
+        memdoc_cmd("run", "-q", "-o", "t.memdoc", "stepper.py"),
+        cwd=folder,
+        env=_env(folder),
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+
+
+def _steps_done(memdoc: subprocess.Popen[bytes]) -> int:
+    out, _ = memdoc.communicate(timeout=120)
+    assert memdoc.returncode == 0
+    return int(json.loads(out)["steps"])
+
+
+def test_a_stopped_memdoc_never_slows_the_program_and_the_trace_says_what_was_lost(
+    tmp_path: Path,
+) -> None:
+    # GIVEN two runs of a program that steps for 6 s, side by side (the same machine load)
+    plain, stopped = _start_stepper(tmp_path / "plain"), _start_stepper(tmp_path / "stopped")
+    try:
+        running = [tmp_path / name / "running" for name in ("plain", "stopped")]
+        _wait_until(lambda: all(r.exists() and r.read_text() for r in running))
+        pid = int(running[1].read_text())
+        time.sleep(1.0)
+        # WHEN one memdoc is stopped (SIGSTOP) for 3 s, then resumed
+        stopped_unix = time.time()
+        stopped.send_signal(signal.SIGSTOP)
+        time.sleep(STOP_S)
+        resumed_unix = time.time()
+        stopped.send_signal(signal.SIGCONT)
+        plain_steps, stopped_steps = _steps_done(plain), _steps_done(stopped)
+    finally:
+        for memdoc in (plain, stopped):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(memdoc.pid, signal.SIGKILL)
+            memdoc.wait(timeout=30)
+
+    # THEN its program stepped as fast as the other (waiting 3 s of 6 would halve its steps)
+    assert stopped_steps > 0.8 * plain_steps, (plain_steps, stopped_steps)
+    trace = load_trace(tmp_path / "stopped" / "t.memdoc")
+    created = trace.header.created_unix
+    # AND the agent came back after the stop: steps after the resume are in the trace
+    assert any(e.t > resumed_unix - created + 0.2 for e in trace.steps())
+    # AND the trace records what the agent dropped, from which process, and when
+    losses = [loss for loss in trace.losses() if loss.pid == pid]
+    assert losses and sum(loss.samples + loss.events for loss in losses) > 0
+    assert min(loss.start_s for loss in losses) < resumed_unix - created
+    assert max(loss.end_s for loss in losses) > stopped_unix - created
+    # AND diagnose warns about it
+    diagnosed = subprocess.run(
+        memdoc_cmd("diagnose", "t.memdoc"),
+        cwd=tmp_path / "stopped",
+        env=_env(tmp_path),
+        capture_output=True,
+        timeout=120,
+    )
+    assert diagnosed.returncode == 0, diagnosed.stderr
+    said = " ".join(diagnosed.stdout.decode().split())
+    assert f"events from PID {pid} were lost between" in said
+    assert "while memdoc could not keep up" in said
