@@ -53,9 +53,9 @@ def stderr_tail(fd: int = 2) -> StderrTail | None:
         return None
     if stat.S_ISREG(mode):
         return FileTail(fd)
-    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+    if stat.S_ISFIFO(mode):
         return PipeTail.start(fd)
-    return None
+    return None  # a socket (a journal, a log collector) keeps its own message boundaries
 
 
 class FileTail:
