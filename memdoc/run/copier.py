@@ -25,6 +25,9 @@ def main(argv: list[str]) -> int:
     # ends, and its last words still have to be copied.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_IGN)
+    # Leave memdoc's children: its only child is the program, as without the copier.
+    if os.fork() > 0:
+        os._exit(0)
     copy_fd: int | None = int(argv[1]) if len(argv) > 1 else None
     if copy_fd is not None:
         with contextlib.suppress(OSError, AttributeError):

@@ -10,7 +10,6 @@ import stat
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Protocol
 
@@ -91,10 +90,9 @@ class PipeTail:
     memdoc) copies to the real one. The copier outlives a killed memdoc; memdoc reads a copy
     when it can, and a stopped memdoc never holds the program up."""
 
-    def __init__(self, copier: subprocess.Popen[bytes], write_fd: int, copy_fd: int) -> None:
+    def __init__(self, write_fd: int, copy_fd: int) -> None:
         self.stdout_fd: int | None = write_fd if same_file(1, 2) else None
         self.stderr_fd: int | None = write_fd
-        self._copier = copier
         self._copy_fd = copy_fd
         self._tail: collections.deque[bytes] = collections.deque()
         self._tail_size = 0
@@ -116,9 +114,13 @@ class PipeTail:
             for fd in (program_read, program_write, copy_read, copy_write):
                 os.close(fd)
             return None
+        # The copier forks off and its first process ends at once, so that memdoc's only
+        # child is the program (tools that look for it find it).
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            copier.wait(timeout=5.0)
         os.close(program_read)
         os.close(copy_write)
-        return cls(copier, program_write, copy_read)
+        return cls(program_write, copy_read)
 
     def program_started(self) -> None:
         if self.stderr_fd is not None:
@@ -127,12 +129,10 @@ class PipeTail:
             self._thread.start()
 
     def text(self, wait_s: float = 2.0) -> str:
-        deadline = time.monotonic() + wait_s
-        # A grandchild may hold the pipe open: then stop waiting, the copier goes on.
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self._copier.wait(timeout=wait_s)
+        # The copy ends when the copier does, once every writer closed the program's pipe;
+        # a grandchild may hold it open: then stop waiting, the copier goes on.
         if self._thread.is_alive():
-            self._thread.join(max(0.0, deadline - time.monotonic()) + 0.1)
+            self._thread.join(wait_s)
         return b"".join(list(self._tail)).decode("utf-8", errors="replace")
 
     def _read(self) -> None:

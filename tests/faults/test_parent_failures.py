@@ -38,10 +38,21 @@ def _wait_until(condition: object, timeout_s: float = 30.0) -> None:
         time.sleep(0.02)
 
 
-def _program_of(memdoc: subprocess.Popen[bytes]) -> psutil.Process:
+def _program_of(memdoc: subprocess.Popen[bytes], script: str) -> psutil.Process:
+    """The program memdoc runs (not a helper it may start first)."""
     parent = psutil.Process(memdoc.pid)
-    _wait_until(lambda: parent.children())
-    return parent.children()[0]
+
+    def program() -> psutil.Process | None:
+        for child in parent.children():
+            with contextlib.suppress(psutil.Error):
+                if child.cmdline()[1:] == [script]:
+                    return child
+        return None
+
+    _wait_until(lambda: program() is not None)
+    found = program()
+    assert found is not None
+    return found
 
 
 @contextlib.contextmanager
@@ -72,14 +83,14 @@ def test_a_killed_runs_folder_is_removed_at_the_next_start_and_a_live_runs_is_ke
     with _started(
         memdoc_cmd("run", "-q", "-o", "live.memdoc", "sleeper.py"), cwd=tmp_path, env=env
     ) as live:
-        _program_of(live)
+        _program_of(live, "sleeper.py")
         _wait_until(lambda: len(_run_dirs(tmpdir)) == 2)
         (live_dir,) = _run_dirs(tmpdir) - {foreign}
         # AND a run killed with SIGKILL: its folder (with the agents' socket) stays behind
         with _started(
             memdoc_cmd("run", "-q", "-o", "killed.memdoc", "sleeper.py"), cwd=tmp_path, env=env
         ) as killed:
-            _program_of(killed)
+            _program_of(killed, "sleeper.py")
             _wait_until(lambda: len(_run_dirs(tmpdir)) == 3)
             (left,) = _run_dirs(tmpdir) - {foreign, live_dir}
             killed.kill()

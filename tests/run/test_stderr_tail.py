@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import os
 import pty
+import signal
 import subprocess
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from memdoc.trace import load_trace
@@ -79,3 +82,26 @@ def test_a_terminal_stays_a_terminal(tmp_path: Path) -> None:
 
     assert done.returncode == 3
     assert done.stdout == b"stderr is a tty\n"
+
+
+def test_with_stderr_to_a_pipe_memdocs_only_child_is_still_the_program(tmp_path: Path) -> None:
+    (tmp_path / "prog.py").write_text(
+        "import os, time\nopen('pid', 'w').write(str(os.getpid()))\ntime.sleep(30)\n"
+    )
+    memdoc = subprocess.Popen(
+        memdoc_cmd("run", "-q", "-o", "t.memdoc", "prog.py"),
+        cwd=tmp_path,
+        env=_env(),
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not ((tmp_path / "pid").exists() and (tmp_path / "pid").read_text()):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        children = [p.pid for p in psutil.Process(memdoc.pid).children()]
+        assert children == [int((tmp_path / "pid").read_text())]
+    finally:
+        os.killpg(memdoc.pid, signal.SIGKILL)
+        memdoc.communicate(timeout=30)
