@@ -134,8 +134,8 @@ class AgentChannel:
                 self._sock = self._connect(timeout_s=0.5)
             if self._sock is not None:
                 self._drain()
-            if self._closed and (self._sock is None or not (self._queue or self._pending)):
-                return
+            if self._closed:
+                return  # what the parent could take in time went out: never hold up an exit
             if self._sock is None:
                 self._wake.wait(RECONNECT_S)
 
