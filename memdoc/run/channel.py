@@ -142,11 +142,14 @@ class AgentChannel:
     def _drain(self) -> None:
         while self._sock is not None:
             if not self._pending:
-                if not self._queue:
+                # Once the queue has room again the drops have stopped: say what was lost,
+                # after the backlog, even if the parent stays a little behind.
+                if len(self._queue) <= MAX_QUEUED // 2:
                     loss = self._losses.take(self._pid)
-                    if loss is None:
-                        return
-                    self._queue.append((EVENTS, _dumps(loss)))
+                    if loss is not None:
+                        self._queue.append((EVENTS, _dumps(loss)))
+                if not self._queue:
+                    return
                 batch = [self._queue.popleft() for _ in range(min(len(self._queue), 256))]
                 self._pending = b"".join(data for _, data in batch)
                 self._pending_kinds = [kind for kind, _ in batch]
