@@ -30,6 +30,7 @@ ENV_INTERVAL = "MEMDOC_INTERVAL"
 MAX_QUEUED = 10_000  # messages an agent keeps when the parent is slow; newer ones are dropped
 SEND_INTERVAL_S = 0.2
 RECONNECT_S = 1.0
+_NO_SIGPIPE = getattr(socket, "MSG_NOSIGNAL", 0)
 SAMPLES = "samples"
 EVENTS = "events"
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -154,7 +155,9 @@ class AgentChannel:
                 self._pending = b"".join(data for _, data in batch)
                 self._pending_kinds = [kind for kind, _ in batch]
             try:
-                sent = self._sock.send(self._pending)
+                # Without MSG_NOSIGNAL a dead parent would kill a program that restored
+                # SIGPIPE's default action, as command-line tools often do.
+                sent = self._sock.send(self._pending, _NO_SIGPIPE)
             except BlockingIOError:
                 # The parent is not reading (stopped, or slow): wait here, in this thread.
                 _, writable, _ = select.select([], [self._sock], [], SEND_INTERVAL_S)

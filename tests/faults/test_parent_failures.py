@@ -120,12 +120,17 @@ def test_a_killed_runs_folder_is_removed_at_the_next_start_and_a_live_runs_is_ke
         assert live.poll() is None
 
 
+# Steps too, so its agent keeps sending to the dead memdoc; and dies of SIGPIPE as command-line
+# tools often choose to, so a send that raised SIGPIPE would kill it.
 TALKER = """
-import os, sys, time
+import os, signal, sys, time
+import memdoc
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 with open("running", "w") as f:
     f.write(str(os.getpid()))
 for i in range(LINES):
     print(f"line {i}", file=sys.stderr, flush=True)
+    memdoc.step()
     time.sleep(0.01)
 print("done", flush=True)
 """
