@@ -56,9 +56,7 @@ class AgentChannel:
     def __init__(self, socket_path: str) -> None:
         self._path = socket_path
         self._pid = os.getpid()
-        self._sock: socket.socket | None = self._connect()
-        if self._sock is None:
-            raise OSError(f"no memdoc parent listens at {socket_path}")
+        self._sock: socket.socket | None = _connect_now(socket_path)
         self._queue: collections.deque[tuple[str, bytes]] = collections.deque()
         self._pending = b""  # the part of a chunk the socket has not taken yet
         self._pending_kinds: list[str] = []
@@ -171,7 +169,7 @@ class AgentChannel:
                 return
             self._pending = self._pending[sent:]
 
-    def _connect(self, timeout_s: float = 2.0) -> socket.socket | None:
+    def _connect(self, timeout_s: float) -> socket.socket | None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.settimeout(timeout_s)
@@ -203,6 +201,26 @@ class AgentChannel:
         if self._sock is not None and not self._thread.is_alive():
             with contextlib.suppress(OSError):
                 self._sock.close()
+
+
+def _connect_now(path: str) -> socket.socket | None:
+    """Connect without waiting. None when the parent is too busy to take the connection now
+    (the sender thread connects later).
+
+    Raises:
+        OSError: no parent listens at `path` (a stale environment): no agent then.
+    """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    try:
+        sock.connect(path)
+    except BlockingIOError:  # the parent's backlog is full: stopped, or swamped
+        sock.close()
+        return None
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 class _Losses:

@@ -8,6 +8,8 @@ import socket
 import time
 from pathlib import Path
 
+import pytest
+
 from memdoc.run.channel import MAX_QUEUED, AgentChannel, AgentServer
 from memdoc.trace import load_trace
 from memdoc.trace.model import SCHEMA_VERSION, Event, EventKind, Header
@@ -81,3 +83,42 @@ def test_an_agent_whose_parent_never_reads_keeps_queueing_nothing_beyond_its_bou
     channel.close(timeout_s=2.0)
     assert time.perf_counter() - started < 1.0  # nor does its exit wait for the parent
     listener.close()
+
+
+def test_an_agent_starting_while_the_parent_cannot_accept_does_not_wait_and_connects_later(
+    tmp_path: Path,
+) -> None:
+    socket_path = str(tmp_path / "agent.sock")
+    writer = TraceWriter(
+        tmp_path / "t.memdoc",
+        Header(version=SCHEMA_VERSION, created_unix=time.time(), memdoc_version="t"),
+    )
+    # GIVEN a parent whose backlog of connections is full (stopped while processes start)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(socket_path)
+    listener.listen(0)
+    waiting = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    waiting.connect(socket_path)
+
+    # WHEN an agent starts
+    started = time.perf_counter()
+    channel = AgentChannel(socket_path)
+    took_s = time.perf_counter() - started
+    channel.event(_step(1))
+
+    # THEN it did not wait, and its messages arrive once the parent accepts again
+    assert took_s < 0.5
+    waiting.close()
+    listener.close()
+    os.unlink(socket_path)
+    server = AgentServer(socket_path, writer).start()
+    _wait_for(lambda: server.messages >= 1)
+    channel.close()
+    server.stop()
+    writer.close()
+    assert [e.data["step"] for e in load_trace(tmp_path / "t.memdoc").steps()] == [1]
+
+
+def test_an_agent_with_no_parent_at_all_does_not_start(tmp_path: Path) -> None:
+    with pytest.raises(OSError):
+        AgentChannel(str(tmp_path / "nobody.sock"))
