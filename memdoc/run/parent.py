@@ -16,7 +16,7 @@ from typing import IO
 from memdoc import recordings
 from memdoc.collectors.registry import parent_collectors
 from memdoc.run.channel import ENV_INTERVAL, ENV_SOCKET, AgentServer
-from memdoc.run.rundir import create_run_dir, remove_stale_run_dirs
+from memdoc.run.rundir import SOCKET_NAME, create_run_dir, remove_stale_run_dirs
 from memdoc.run.tee import stderr_tail
 from memdoc.session import Session, header_for_this_process
 from memdoc.trace.model import (
@@ -105,7 +105,7 @@ def run_program(options: RunOptions) -> RunResult:
 def _run_recorded(options: RunOptions, writer: TraceWriter) -> RunResult:
     remove_stale_run_dirs()
     sock_dir = create_run_dir()
-    socket_path = str(sock_dir / "agent.sock")
+    socket_path = str(sock_dir / SOCKET_NAME)
     server = AgentServer(socket_path, writer)  # listening now, accepting once started
     env = child_environment(socket_path, options.interval_s, dict(os.environ))
     env.update(options.extra_env)

@@ -7,6 +7,7 @@ import contextlib
 import os
 import re
 import shutil
+import socket
 import stat
 import tempfile
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import psutil
 
 PREFIX = "memdoc-run-"
+SOCKET_NAME = "agent.sock"
 # The owning parent's PID is part of the name, so that a later run can tell a leftover
 # (its parent is dead) from the folder of a run still going on.
 _NAME = re.compile(re.escape(PREFIX) + r"(\d+)-")
@@ -37,7 +39,7 @@ def remove_stale_run_dirs(root: Path | None = None) -> list[Path]:
         match = _NAME.match(entry.name)
         if match is None or not _ours(entry):
             continue
-        if _parent_alive(int(match.group(1)), entry):
+        if _parent_alive(int(match.group(1)), entry) or _listening(Path(entry.path)):
             continue
         with contextlib.suppress(OSError):
             shutil.rmtree(entry.path)
@@ -51,6 +53,22 @@ def _ours(entry: os.DirEntry[str]) -> bool:
     except OSError:
         return False
     return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+
+
+def _listening(folder: Path) -> bool:
+    """True when a parent still listens on the folder's socket: a run in another PID
+    namespace (containers sharing /tmp), whose PID means nothing here."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    try:
+        sock.connect(str(folder / SOCKET_NAME))
+    except BlockingIOError:
+        return True  # its backlog is full: alive, just busy
+    except OSError:
+        return False  # no socket, or nobody listens on it
+    finally:
+        sock.close()
+    return True
 
 
 def _parent_alive(pid: int, entry: os.DirEntry[str]) -> bool:

@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -96,6 +97,13 @@ def test_a_killed_runs_folder_is_removed_at_the_next_start_and_a_live_runs_is_ke
             killed.kill()
             killed.wait(timeout=10)
         assert left.is_dir()
+        # AND a live run in another PID namespace (containers sharing /tmp): its PID means
+        # nothing here, but it listens on its socket
+        elsewhere = tmpdir / f"memdoc-run-{killed.pid}-elsewhere"
+        elsewhere.mkdir()
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(elsewhere / "agent.sock"))
+        listener.listen(8)
         # AND, as root, a leftover of the same dead PID that belongs to another user
         theirs = tmpdir / f"memdoc-run-{killed.pid}-theirs"
         if os.geteuid() == 0:
@@ -117,6 +125,8 @@ def test_a_killed_runs_folder_is_removed_at_the_next_start_and_a_live_runs_is_ke
         assert (live_dir / "agent.sock").exists()
         assert foreign.is_dir()
         assert theirs.is_dir() or os.geteuid() != 0
+        assert (elsewhere / "agent.sock").exists()
+        listener.close()
         assert live.poll() is None
 
 
