@@ -40,7 +40,7 @@ def _wait_until(condition: object, timeout_s: float = 30.0) -> None:
 
 
 def _program_of(memdoc: subprocess.Popen[bytes], script: str) -> psutil.Process:
-    """The program memdoc runs (not a helper it may start first)."""
+    """The program memdoc runs (not the stderr copier it may start first)."""
     parent = psutil.Process(memdoc.pid)
 
     def program() -> psutil.Process | None:

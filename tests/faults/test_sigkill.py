@@ -70,7 +70,7 @@ def _wait_for_child(memdoc: subprocess.Popen[bytes], timeout_s: float = 30.0) ->
     deadline = time.monotonic() + timeout_s
     parent = psutil.Process(memdoc.pid)
     while time.monotonic() < deadline:
-        # The program, not a helper memdoc may start before it (its stderr copier).
+        # The program, not the stderr copier memdoc may start before it.
         for child in parent.children():
             with contextlib.suppress(psutil.Error):
                 if child.cmdline()[1:] == ["prog.py"]:
