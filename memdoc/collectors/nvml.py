@@ -4,12 +4,26 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TypeVar
 
 import psutil
 
 from memdoc.collectors.base import CollectorFailed, SessionHandle, Values
-from memdoc.collectors.nvml_gate import NvmlGate, NvmlUnavailable, open_gate
-from memdoc.trace.model import CollectorStatus, DeviceInfo, Metric, ProcessInfo, SeriesKey
+from memdoc.collectors.nvml_gate import (
+    GpuProcess,
+    NvmlGate,
+    NvmlUnavailable,
+    open_gate,
+    refused_value,
+)
+from memdoc.trace.model import (
+    CollectorStatus,
+    DeviceInfo,
+    EventKind,
+    Metric,
+    ProcessInfo,
+    SeriesKey,
+)
 
 # Process lists cost milliseconds and take a driver lock that can stall the program:
 # read them rarely, device memory (about 10 µs) on every tick.
@@ -18,6 +32,9 @@ PROCESS_INTERVAL_S = 3.0
 OURS = "ours"
 OTHER = "other"
 UNRESOLVED = "unresolved"  # a PID that does not exist here: another PID namespace
+
+_BROKEN_HINT = "the GPU may have fallen off the bus; see dmesg"
+_T = TypeVar("_T")
 
 
 def nspid_map(pids: Iterable[int], proc_root: Path = Path("/proc")) -> dict[int, int]:
@@ -85,6 +102,7 @@ class NvmlCollector:
         self._last_processes = float("-inf")
         self._proc_values: Values = {}
         self._announced: set[int] = set()
+        self._refused: set[tuple[str, int]] = set()
         self.unavailable: CollectorStatus | None = None
 
     def probe(self) -> CollectorStatus:
@@ -108,17 +126,19 @@ class NvmlCollector:
         values: Values = {}
         try:
             for device in self._devices:
-                mem = gate.memory(device.index)
+                mem = self._query(gate.memory, device.index, "device memory")
+                if mem is None:
+                    continue  # not available this time: missing, never 0
                 values[SeriesKey(Metric.GPU_USED, device=device.index)] = mem.used_bytes
                 values[SeriesKey(Metric.GPU_FREE, device=device.index)] = mem.free_bytes
                 values[SeriesKey(Metric.GPU_TOTAL, device=device.index)] = mem.total_bytes
             if unix_t - self._last_processes >= self._process_interval_s:
                 self._last_processes = unix_t
                 self._proc_values = self._sample_processes(gate, unix_t)
+        except CollectorFailed:
+            raise
         except Exception as exc:
-            raise CollectorFailed(
-                f"NVML stopped answering: {exc}", "the GPU may have fallen off the bus; see dmesg"
-            ) from None
+            raise CollectorFailed(f"NVML stopped answering: {exc}", _BROKEN_HINT) from None
         values.update(self._proc_values)
         return values
 
@@ -126,6 +146,28 @@ class NvmlCollector:
         """Read process lists at once (on an OOM or at the end), whatever the cadence."""
         self._last_processes = float("-inf")
         return self.sample(unix_t)
+
+    def _query(self, call: Callable[[int], _T], index: int, what: str) -> _T | None:
+        """One NVML call for one device. A refusal (MIG, containers: no permission, not
+        supported) makes that value not available and is said once; other devices and other
+        values go on. Any other error means NVML is gone."""
+        try:
+            return call(index)
+        except Exception as exc:
+            reason = refused_value(exc)
+            if reason is None:
+                raise CollectorFailed(f"NVML stopped answering: {exc}", _BROKEN_HINT) from None
+            self._say_refused(what, index, reason)
+            return None
+
+    def _say_refused(self, what: str, index: int, reason: str) -> None:
+        if (what, index) in self._refused or self._session is None:
+            return
+        self._refused.add((what, index))
+        self._session.emit(
+            EventKind.NOTE,
+            {"text": f"NVML refused {what} of GPU {index} ({reason}): not available there"},
+        )
 
     def close(self) -> None:
         if self._gate is not None:
@@ -135,7 +177,11 @@ class NvmlCollector:
     def _sample_processes(self, gate: NvmlGate, unix_t: float) -> Values:
         tree = _tree_pids(self.root_pid)
         values: Values = {}
-        per_device = {d.index: gate.processes(d.index) for d in self._devices}
+        per_device: dict[int, list[GpuProcess]] = {}
+        for device in self._devices:
+            procs = self._query(gate.processes, device.index, "the process list")
+            if procs is not None:
+                per_device[device.index] = procs
         all_pids = {p.pid for procs in per_device.values() for p in procs}
         outer = nspid_map(tree) if all_pids - tree else {}
         classes = classify_pids(all_pids, tree, outer, psutil.pid_exists)

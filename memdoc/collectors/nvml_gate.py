@@ -58,6 +58,33 @@ class NvmlGate(Protocol):
     def close(self) -> None: ...
 
 
+# Errors that mean NVML itself is gone, not that one value was refused.
+_FATAL_ERRORS = (
+    "NVMLError_GpuIsLost",
+    "NVMLError_Uninitialized",
+    "NVMLError_DriverNotLoaded",
+    "NVMLError_LibraryNotFound",
+    "NVMLError_LibRmVersionMismatch",
+    "NVMLError_ResetRequired",
+)
+
+
+def refused_value(exc: BaseException) -> str | None:
+    """NVML's reason when it refused one value (no permission, not supported on this device:
+    MIG instances, containers) and the other values can still be read; None when the error
+    is not such a refusal (NVML itself is gone, or the error is not NVML's)."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    if not isinstance(exc, pynvml.NVMLError):
+        return None
+    fatal = tuple(getattr(pynvml, name) for name in _FATAL_ERRORS if hasattr(pynvml, name))
+    if isinstance(exc, fatal):
+        return None
+    return str(exc) or type(exc).__name__
+
+
 def open_gate() -> NvmlGate:
     """The real, pynvml-backed gate.
 

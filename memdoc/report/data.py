@@ -84,7 +84,7 @@ class ReportData:
         `title` names the report (default: the trace's file name).
         """
         trace = run.primary
-        warnings = list(run.warnings)
+        warnings = [*run.warnings, *loss_warnings(run)]
         oom = oom_view(trace)
         return cls(
             title=title or _title(trace),
@@ -99,6 +99,16 @@ class ReportData:
             warnings=tuple(warnings),
             memdoc_version=__version__,
         )
+
+
+def loss_warnings(run: Run) -> list[str]:
+    """What agents dropped while memdoc could not keep up, one line per gap."""
+    return [
+        f"{loss.samples} samples/{loss.events} events from PID {loss.pid} were lost between "
+        f"{loss.start_s:.1f} s and {loss.end_s:.1f} s while memdoc could not keep up"
+        for trace in run.traces
+        for loss in trace.losses()
+    ]
 
 
 def _title(trace: Trace) -> str:

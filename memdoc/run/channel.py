@@ -6,6 +6,7 @@ import collections
 import contextlib
 import json
 import os
+import select
 import selectors
 import socket
 import threading
@@ -26,7 +27,12 @@ from memdoc.trace.writer import TraceWriter
 
 ENV_SOCKET = "MEMDOC_AGENT"
 ENV_INTERVAL = "MEMDOC_INTERVAL"
-MAX_QUEUED = 10_000  # messages an agent keeps when the parent is slow; older ones are dropped
+MAX_QUEUED = 10_000  # messages an agent keeps when the parent is slow; newer ones are dropped
+SEND_INTERVAL_S = 0.2
+RECONNECT_S = 1.0
+_NO_SIGPIPE = getattr(socket, "MSG_NOSIGNAL", 0)
+SAMPLES = "samples"
+EVENTS = "events"
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 
@@ -39,16 +45,24 @@ def _dumps(message: Mapping[str, Any]) -> bytes:
 
 class AgentChannel:
     """The agent's end: a Sink that queues messages and sends them from a background thread,
-    so the program never waits on memdoc. When the parent is gone, messages are dropped."""
+    so the program never waits on memdoc.
+
+    When the parent cannot keep up (stopped, swapped out, gone), the queue fills and further
+    messages are dropped and counted, never waited for; once the parent reads again the
+    backlog goes out, then one loss message with the counts and the time range. A lost
+    connection is retried every `RECONNECT_S`.
+    """
 
     def __init__(self, socket_path: str) -> None:
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.settimeout(2.0)
-        self._sock.connect(socket_path)
-        self._queue: collections.deque[bytes] = collections.deque(maxlen=MAX_QUEUED)
+        self._path = socket_path
+        self._pid = os.getpid()
+        self._sock: socket.socket | None = _connect_now(socket_path)
+        self._queue: collections.deque[tuple[str, bytes]] = collections.deque()
+        self._pending = b""  # the part of a chunk the socket has not taken yet
+        self._pending_kinds: list[str] = []
+        self._losses = _Losses()
         self._wake = threading.Event()
         self._closed = False
-        self._broken = False
         self._thread = threading.Thread(
             target=self._send_loop, name="memdoc-agent-send", daemon=True
         )
@@ -59,52 +73,123 @@ class AgentChannel:
     def samples(self, unix_t: float, values: Mapping[SeriesKey, int | float]) -> None:
         rows = [[k.metric, k.device, k.pid, v] for k, v in values.items() if v is not None]
         if rows:
-            self._put({"k": "s", "t": unix_t, "v": rows})
+            self._put(SAMPLES, {"k": "s", "t": unix_t, "v": rows})
 
     def event(self, event: Event) -> None:
+        urgent = event.kind in _URGENT
         self._put(
-            {"k": "e", "t": event.t, "kind": event.kind, "pid": event.pid, "data": dict(event.data)}
+            EVENTS,
+            {
+                "k": "e",
+                "t": event.t,
+                "kind": event.kind,
+                "pid": event.pid,
+                "data": dict(event.data),
+            },
+            urgent=urgent,
         )
         # Waking the sender thread on every event (a step every few milliseconds) would
         # hand the GIL back and forth with the program; ordinary events go with the next
         # periodic send, the ones that may come right before a death go at once.
-        if event.kind in _URGENT:
+        if urgent:
             self._wake.set()
 
     def device(self, device: DeviceInfo) -> None:
-        self._put({"k": "d", **asdict(device)})
+        self._put(EVENTS, {"k": "d", **asdict(device)}, urgent=True)
 
     def process(self, process: ProcessInfo) -> None:
-        self._put({"k": "p", **asdict(process)})
+        self._put(EVENTS, {"k": "p", **asdict(process)}, urgent=True)
 
     def collector(self, status: CollectorStatus) -> None:
-        self._put({"k": "c", **asdict(status)})
+        self._put(EVENTS, {"k": "c", **asdict(status)}, urgent=True)
 
-    # -- sending --------------------------------------------------------------------------
+    # -- queueing -------------------------------------------------------------------------
 
-    def _put(self, message: Mapping[str, Any]) -> None:
-        if self._broken or self._closed:
+    def _put(self, kind: str, message: Mapping[str, Any], *, urgent: bool = False) -> None:
+        if self._closed:
+            return
+        # Rare records (devices, processes, OOMs) are kept even over the bound.
+        if len(self._queue) >= MAX_QUEUED and not urgent:
+            self._losses.add(kind, time.time())
             return
         try:
-            self._queue.append(_dumps(message))
+            self._queue.append((kind, _dumps(message)))
         except (TypeError, ValueError):
             return
 
+    # -- sending (the sender thread only) -------------------------------------------------
+
     def _send_loop(self) -> None:
-        while not self._broken:
-            self._wake.wait(0.2)
+        # Nothing may escape this thread: the program's thread hook would record it, and
+        # Python would print it on the program's stderr.
+        with contextlib.suppress(Exception):
+            self._send_until_closed()
+
+    def _send_until_closed(self) -> None:
+        while True:
+            self._wake.wait(SEND_INTERVAL_S)
             self._wake.clear()
-            self._drain()
+            if self._sock is None:
+                self._sock = self._connect(timeout_s=0.5)
+            if self._sock is not None:
+                self._drain()
             if self._closed:
-                return
+                return  # what the parent could take in time went out: never hold up an exit
+            if self._sock is None:
+                self._wake.wait(RECONNECT_S)
 
     def _drain(self) -> None:
-        while self._queue and not self._broken:
-            chunk = b"".join(self._queue.popleft() for _ in range(min(len(self._queue), 256)))
+        while self._sock is not None:
+            if not self._pending:
+                # Once the queue has room again the drops have stopped: say what was lost,
+                # after the backlog, even if the parent stays a little behind.
+                if len(self._queue) <= MAX_QUEUED // 2:
+                    loss = self._losses.take(self._pid)
+                    if loss is not None:
+                        self._queue.append((EVENTS, _dumps(loss)))
+                if not self._queue:
+                    return
+                batch = [self._queue.popleft() for _ in range(min(len(self._queue), 256))]
+                self._pending = b"".join(data for _, data in batch)
+                self._pending_kinds = [kind for kind, _ in batch]
             try:
-                self._sock.sendall(chunk)
+                # Without MSG_NOSIGNAL a dead parent would kill a program that restored
+                # SIGPIPE's default action, as command-line tools often do.
+                sent = self._sock.send(self._pending, _NO_SIGPIPE)
+            except BlockingIOError:
+                # The parent is not reading (stopped, or slow): wait here, in this thread.
+                _, writable, _ = select.select([], [self._sock], [], SEND_INTERVAL_S)
+                if not writable and self._closed:
+                    return
+                continue
+            except InterruptedError:
+                continue
             except OSError:
-                self._broken = True  # the parent is gone: memdoc degrades, the program goes on
+                self._disconnect()
+                return
+            self._pending = self._pending[sent:]
+
+    def _connect(self, timeout_s: float) -> socket.socket | None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout_s)
+            sock.connect(self._path)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            return None
+        return sock
+
+    def _disconnect(self) -> None:
+        """The parent went away: what was being sent is lost (counted); reconnect later."""
+        now = time.time()
+        for kind in self._pending_kinds:
+            self._losses.add(kind, now)
+        self._pending, self._pending_kinds = b"", []
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.close()
+        self._sock = None
 
     def close(self, timeout_s: float = 1.0) -> None:
         """Send what is queued (at most `timeout_s`), then close."""
@@ -113,8 +198,62 @@ class AgentChannel:
         self._closed = True
         self._wake.set()
         self._thread.join(timeout_s)
-        with contextlib.suppress(OSError):
-            self._sock.close()
+        if self._sock is not None and not self._thread.is_alive():
+            with contextlib.suppress(OSError):
+                self._sock.close()
+
+
+def _connect_now(path: str) -> socket.socket | None:
+    """Connect without waiting. None when the parent is too busy to take the connection now
+    (the sender thread connects later).
+
+    Raises:
+        OSError: no parent listens at `path` (a stale environment): no agent then.
+    """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    try:
+        sock.connect(path)
+    except BlockingIOError:  # the parent's backlog is full: stopped, or swamped
+        sock.close()
+        return None
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class _Losses:
+    """Counts of messages dropped since the last loss message, and when."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+        self._first_t: float | None = None
+        self._last_t = 0.0
+
+    def add(self, kind: str, unix_t: float) -> None:
+        with self._lock:
+            self._counts[kind] = self._counts.get(kind, 0) + 1
+            if self._first_t is None:
+                self._first_t = unix_t
+            self._last_t = unix_t
+
+    def take(self, pid: int) -> dict[str, Any] | None:
+        """The loss message for what was dropped so far, and start counting afresh."""
+        with self._lock:
+            if self._first_t is None:
+                return None
+            message = {
+                "k": "l",
+                "pid": pid,
+                "t": self._last_t,
+                "first_t": self._first_t,
+                SAMPLES: self._counts.get(SAMPLES, 0),
+                EVENTS: self._counts.get(EVENTS, 0),
+            }
+            self._counts, self._first_t = {}, None
+            return message
 
 
 class AgentServer:
@@ -225,6 +364,22 @@ class AgentServer:
                 self.writer.process(ProcessInfo(**msg))
             elif kind == "c":
                 self.writer.collector(CollectorStatus(**msg))
+            elif kind == "l":
+                self.writer.event(_loss_event(msg))
             self.messages += 1
         except (ValueError, TypeError, KeyError):
             return  # one bad message from an agent never stops the run
+
+
+def _loss_event(msg: Mapping[str, Any]) -> Event:
+    last_t, first_t = float(msg["t"]), float(msg["first_t"])
+    return Event(
+        t=last_t,
+        kind=EventKind.LOSS,
+        pid=int(msg["pid"]),
+        data={
+            "samples": int(msg[SAMPLES]),
+            "events": int(msg[EVENTS]),
+            "duration_s": round(max(0.0, last_t - first_t), 3),
+        },
+    )

@@ -7,7 +7,6 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -18,7 +17,8 @@ from memdoc import recordings
 from memdoc.collectors.registry import parent_collectors
 from memdoc.files import open_output
 from memdoc.run.channel import ENV_INTERVAL, ENV_SOCKET, AgentServer
-from memdoc.run.tee import StreamTee, same_file, should_tee
+from memdoc.run.rundir import SOCKET_NAME, create_run_dir, remove_stale_run_dirs
+from memdoc.run.tee import stderr_tail
 from memdoc.session import Session, header_for_this_process
 from memdoc.trace.model import (
     Event,
@@ -104,8 +104,9 @@ def run_program(options: RunOptions) -> RunResult:
 
 
 def _run_recorded(options: RunOptions, writer: TraceWriter) -> RunResult:
-    sock_dir = tempfile.mkdtemp(prefix="memdoc-")
-    socket_path = os.path.join(sock_dir, "agent.sock")
+    remove_stale_run_dirs()
+    sock_dir = create_run_dir()
+    socket_path = str(sock_dir / SOCKET_NAME)
     server = AgentServer(socket_path, writer)  # listening now, accepting once started
     env = child_environment(socket_path, options.interval_s, dict(os.environ))
     env.update(options.extra_env)
@@ -114,20 +115,17 @@ def _run_recorded(options: RunOptions, writer: TraceWriter) -> RunResult:
     if options.record_allocations:
         env["MEMDOC_RECORD_ALLOCATIONS"] = "1"
     log = open_output(options.output_log, force=options.force) if options.output_log else None
-    tee = (
-        StreamTee(2) if log is None and should_tee(2) else None
-    )  # started once signals are blocked
+    # The program writes to its own stderr; memdoc keeps the tail beside it, never in between.
+    tail = stderr_tail(2) if log is None else None
     stdout: IO[bytes] | int | None = log
     stderr: IO[bytes] | int | None = subprocess.STDOUT if log is not None else None
-    if tee is not None:
-        stderr = tee.write_fd
-        if same_file(1, 2):  # `> log 2>&1`: one pipe keeps the program's own ordering
-            stdout = tee.write_fd
+    if tail is not None:
+        stdout, stderr = tail.stdout_fd, tail.stderr_fd
     try:
         child = subprocess.Popen(options.command, env=env, stdout=stdout, stderr=stderr)
     except OSError as exc:
-        if tee is not None:
-            tee.close_write_end()
+        if tail is not None:
+            tail.program_started()
         server.stop(drain_s=0)
         writer.event(
             Event(t=time.time(), kind=EventKind.NOTE, data={"text": f"could not start: {exc}"})
@@ -135,16 +133,14 @@ def _run_recorded(options: RunOptions, writer: TraceWriter) -> RunResult:
         writer.close(ExitInfo(t=time.time(), exit_code=127, reason="could not start the program"))
         shutil.rmtree(sock_dir, ignore_errors=True)
         raise
-    if tee is not None:
-        tee.close_write_end()
     # Block the forwarded signals before memdoc starts any thread, so that only the
     # forwarding thread takes them (the child was started before, with the mask unblocked).
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED) if in_main else None
     try:
         server.start()
-        if tee is not None:
-            tee.start()
+        if tail is not None:
+            tail.program_started()
         writer.process(
             ProcessInfo(
                 pid=child.pid, t=time.time(), ppid=os.getpid(), command=tuple(options.command)
@@ -162,10 +158,9 @@ def _run_recorded(options: RunOptions, writer: TraceWriter) -> RunResult:
         if previous is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     exit_code, sig = (None, -returncode) if returncode < 0 else (returncode, None)
-    if tee is not None:
-        tee.join()
+    if tail is not None:
         only = next(iter(server.agent_pids)) if len(server.agent_pids) == 1 else None
-        _record_stderr_ooms(writer, tee.text(), in_process=server.oom_events, t=end_t, pid=only)
+        _record_stderr_ooms(writer, tail.text(), in_process=server.oom_events, t=end_t, pid=only)
     writer.event(
         Event(
             t=end_t,
@@ -210,7 +205,8 @@ def _wait_forwarding_signals(child: subprocess.Popen[bytes], *, forward: bool) -
     def forward_loop() -> None:
         while not done.is_set():
             info = signal.sigtimedwait(_FORWARDED, 0.2)
-            if info is None:
+            # A stop and continue (SIGSTOP, SIGCONT) can end the wait with no signal in it.
+            if info is None or info.si_signo not in _FORWARDED:
                 continue
             from_terminal = info.si_code == _SI_KERNEL or (
                 info.si_signo == signal.SIGINT and info.si_pid == 0

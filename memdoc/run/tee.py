@@ -1,13 +1,35 @@
-"""Copy the program's stderr through, byte for byte, keeping its tail to find memory errors in."""
+"""Keeps the tail of the program's stderr, to find memory errors in, without standing between
+the program and its stderr: the program's output never depends on memdoc staying alive."""
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import stat
+import subprocess
+import sys
 import threading
+from pathlib import Path
+from typing import Protocol
 
 TAIL_BYTES = 1 << 20  # the end of the stream: where a BFC dump and the OOM line are
+COPIER = str(Path(__file__).resolve().parent / "copier.py")
+
+
+class StderrTail(Protocol):
+    """Where the program's stdout and stderr go (None: memdoc's own, inherited), and the end
+    of what it wrote to stderr once it is done."""
+
+    stdout_fd: int | None
+    stderr_fd: int | None
+
+    def program_started(self) -> None:
+        """The program holds its descriptors now: memdoc lets go of its copies and starts
+        reading (call it with the forwarded signals blocked: it may start a thread)."""
+
+    def text(self, wait_s: float = 2.0) -> str:
+        """The last TAIL_BYTES the program wrote (waiting at most `wait_s` for the end)."""
 
 
 def same_file(fd_a: int, fd_b: int) -> bool:
@@ -19,71 +41,115 @@ def same_file(fd_a: int, fd_b: int) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
-def should_tee(fd: int = 2) -> bool:
-    """Tee only where the program would not notice: never a terminal (it would lose isatty
-    and colours), only files and pipes."""
+def stderr_tail(fd: int = 2) -> StderrTail | None:
+    """How to keep the tail of `fd` as the program writes it, or None where memdoc does not
+    (a terminal keeps its isatty and colours, a device is left alone)."""
     try:
         mode = os.fstat(fd).st_mode
     except OSError:
-        return False
-    return not os.isatty(fd) and (stat.S_ISREG(mode) or stat.S_ISFIFO(mode))
+        return None
+    if os.isatty(fd):
+        return None
+    if stat.S_ISREG(mode):
+        return FileTail(fd)
+    if stat.S_ISFIFO(mode):
+        return PipeTail.start(fd)
+    return None  # a socket (a journal, a log collector) keeps its own message boundaries
 
 
-class StreamTee:
-    """A pipe whose read end is copied to `target_fd` as it arrives; the last bytes are kept.
+class FileTail:
+    """A file: the program writes to it directly; its end is read back from the file."""
 
-    The child writes to `write_fd`. When its stdout and stderr are the same file, both go
-    through this one pipe, so their order is what the program wrote.
-    """
+    def __init__(self, fd: int) -> None:
+        self.stdout_fd: int | None = None
+        self.stderr_fd: int | None = None
+        self._fd = fd
+        self._start_bytes = os.fstat(fd).st_size
 
-    def __init__(self, target_fd: int, tail_bytes: int = TAIL_BYTES) -> None:
-        self.target_fd = target_fd
-        self.read_fd, self.write_fd = os.pipe()
+    def program_started(self) -> None:
+        pass
+
+    def text(self, wait_s: float = 2.0) -> str:
+        try:
+            reader = os.open(f"/proc/self/fd/{self._fd}", os.O_RDONLY)
+        except OSError:
+            return ""  # opened write-only by someone who may not read it: no tail
+        try:
+            end = os.fstat(reader).st_size
+            begin = max(self._start_bytes, end - TAIL_BYTES)
+            data = os.pread(reader, max(0, end - begin), begin) if end > begin else b""
+        except OSError:
+            data = b""
+        finally:
+            os.close(reader)
+        return data.decode("utf-8", errors="replace")
+
+
+class PipeTail:
+    """A pipe: the program writes into a pipe of its own, which a copier process (not
+    memdoc) copies to the real one. The copier outlives a killed memdoc; memdoc reads a copy
+    when it can, and a stopped memdoc never holds the program up."""
+
+    def __init__(self, write_fd: int, copy_fd: int) -> None:
+        self.stdout_fd: int | None = write_fd if same_file(1, 2) else None
+        self.stderr_fd: int | None = write_fd
+        self._copy_fd = copy_fd
         self._tail: collections.deque[bytes] = collections.deque()
         self._tail_size = 0
-        self._tail_bytes = tail_bytes
-        self._thread = threading.Thread(target=self._copy, name="memdoc-stderr", daemon=True)
+        self._thread = threading.Thread(target=self._read, name="memdoc-stderr", daemon=True)
 
-    def start(self) -> StreamTee:
-        self._thread.start()
-        return self
+    @classmethod
+    def start(cls, target_fd: int) -> PipeTail | None:
+        """Start the copier to `target_fd`; None when it cannot start (no capture then)."""
+        program_read, program_write = os.pipe()
+        copy_read, copy_write = os.pipe()
+        try:
+            copier = subprocess.Popen(
+                [sys.executable, "-I", "-S", COPIER, str(copy_write)],
+                stdin=program_read,
+                stdout=target_fd,
+                pass_fds=(copy_write,),
+            )
+        except OSError:
+            for fd in (program_read, program_write, copy_read, copy_write):
+                os.close(fd)
+            return None
+        # The copier forks off and its first process ends at once, so that memdoc's only
+        # child is the program (tools that look for it find it).
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            copier.wait(timeout=5.0)
+        os.close(program_read)
+        os.close(copy_write)
+        return cls(program_write, copy_read)
 
-    def close_write_end(self) -> None:
-        """The parent's copy of the write end; the child keeps its own."""
-        os.close(self.write_fd)
+    def program_started(self) -> None:
+        if self.stderr_fd is not None:
+            os.close(self.stderr_fd)  # the program's copy is its own; EOF comes when it ends
+            self.stderr_fd = self.stdout_fd = None
+            self._thread.start()
 
-    def join(self, timeout_s: float = 2.0) -> None:
-        """Wait for the end of the stream (a grandchild may hold it open: then stop waiting)."""
-        self._thread.join(timeout_s)
+    def text(self, wait_s: float = 2.0) -> str:
+        # The copy ends when the copier does, once every writer closed the program's pipe;
+        # a grandchild may hold it open: then stop waiting, the copier goes on.
+        if self._thread.is_alive():
+            self._thread.join(wait_s)
+        return b"".join(list(self._tail)).decode("utf-8", errors="replace")
 
-    def text(self) -> str:
-        return b"".join(self._tail).decode("utf-8", errors="replace")
-
-    def _copy(self) -> None:
+    def _read(self) -> None:
         while True:
             try:
-                data = os.read(self.read_fd, 1 << 16)
+                data = os.read(self._copy_fd, 1 << 16)
+            except InterruptedError:
+                continue
             except OSError:
                 break
             if not data:
                 break
-            self._write_through(data)
             self._keep(data)
-        os.close(self.read_fd)
-
-    def _write_through(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            try:
-                written = os.write(self.target_fd, view)
-            except InterruptedError:
-                continue
-            except OSError:
-                return  # memdoc's own stderr is gone; the program must not block on it
-            view = view[written:]
+        os.close(self._copy_fd)
 
     def _keep(self, data: bytes) -> None:
         self._tail.append(data)
         self._tail_size += len(data)
-        while self._tail_size - len(self._tail[0]) >= self._tail_bytes:
+        while self._tail_size - len(self._tail[0]) >= TAIL_BYTES:
             self._tail_size -= len(self._tail.popleft())

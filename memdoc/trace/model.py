@@ -113,6 +113,7 @@ class EventKind:
     NOTE = "note"
     # The job's memory cgroup, and the cgroup whose limit is the tightest above it.
     CGROUP = "cgroup"
+    LOSS = "loss"  # an agent dropped samples/events while memdoc could not keep up
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,18 @@ class CollectorStatus:
     reason: str | None = None
     hint: str | None = None
     version: str | None = None
+
+
+@dataclass(frozen=True)
+class Loss:
+    """Samples and events an agent dropped between `start_s` and `end_s` (seconds since the
+    trace started) because memdoc could not keep up (stopped, swapped out, too slow)."""
+
+    pid: int | None
+    start_s: float
+    end_s: float
+    samples: int
+    events: int
 
 
 @dataclass(frozen=True)

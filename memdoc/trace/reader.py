@@ -27,6 +27,7 @@ from memdoc.trace.model import (
     EventKind,
     ExitInfo,
     Header,
+    Loss,
     Metric,
     OomInfo,
     ProcessInfo,
@@ -314,6 +315,25 @@ class Trace:
             first = steps[0].pid
             steps = [e for e in steps if e.pid == first]
         return steps
+
+    def losses(self) -> list[Loss]:
+        """Where agents dropped samples or events because memdoc could not keep up."""
+        out = []
+        for event in self.events(EventKind.LOSS):
+            try:
+                end_s = float(event.t)
+                out.append(
+                    Loss(
+                        pid=event.pid,
+                        start_s=end_s - float(event.data.get("duration_s", 0.0)),
+                        end_s=end_s,
+                        samples=int(event.data.get("samples", 0)),
+                        events=int(event.data.get("events", 0)),
+                    )
+                )
+            except (TypeError, ValueError):
+                continue  # a damaged record says nothing reliable
+        return out
 
     def marks(self) -> list[Event]:
         return self.events(EventKind.MARK)

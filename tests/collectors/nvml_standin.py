@@ -20,8 +20,10 @@ class RecordedDevice:
 
 class RecordedGate:
     """Imitates `memdoc.collectors.nvml_gate.NvmlGate` (the real one wraps pynvml) by
-    answering from recorded values. It fails loudly on a device it does not know, and can
-    be told to break after N memory reads, like a GPU that falls off the bus."""
+    answering from recorded values. It fails loudly on a device it does not know, can be
+    told to break after N memory reads, like a GPU that falls off the bus, and to raise a
+    given error on one call for one device (`refuse[("processes", 1)] = pynvml error`), as
+    NVML does where it refuses a value (MIG, containers)."""
 
     def __init__(self, devices: list[RecordedDevice], driver: str = "590.44.01") -> None:
         self._devices = devices
@@ -30,6 +32,7 @@ class RecordedGate:
         self.memory_reads = 0
         self.process_reads = 0
         self.closed = False
+        self.refuse: dict[tuple[str, int], Exception] = {}
 
     def driver_version(self) -> str | None:
         return self._driver
@@ -39,12 +42,16 @@ class RecordedGate:
 
     def memory(self, index: int) -> GpuMemory:
         self.memory_reads += 1
+        if ("memory", index) in self.refuse:
+            raise self.refuse["memory", index]
         if self.break_after_reads is not None and self.memory_reads > self.break_after_reads:
             raise RuntimeError("NVMLError_GpuIsLost: GPU is lost")
         return self._device(index).memory
 
     def processes(self, index: int) -> list[GpuProcess]:
         self.process_reads += 1
+        if ("processes", index) in self.refuse:
+            raise self.refuse["processes", index]
         return list(self._device(index).processes)
 
     def close(self) -> None:

@@ -204,6 +204,55 @@ def test_a_gpu_that_stops_answering_drops_the_collector_with_a_note_and_the_sess
     assert gate.closed
 
 
+def _record(tmp_path: Path, gate: RecordedGate, root_pid: int) -> Path:
+    path = tmp_path / "t.memdoc"
+    writer = TraceWriter(
+        path, Header(version=SCHEMA_VERSION, created_unix=time.time(), memdoc_version="t")
+    )
+    collector = NvmlCollector(root_pid, gate_factory=lambda: gate, process_interval_s=0.05)
+    session = Session(writer, [collector], interval_s=0.02).start()
+    time.sleep(0.5)
+    session.stop()
+    writer.close()
+    return path
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        pytest.param("processes", "NVMLError_NoPermission", id="process-list-no-permission"),
+        pytest.param("processes", "NVMLError_NotSupported", id="process-list-not-supported"),
+        pytest.param("memory", "NVMLError_NotSupported", id="device-memory-not-supported"),
+    ],
+)
+def test_one_refused_call_on_one_gpu_makes_that_value_not_available_and_the_rest_goes_on(
+    tmp_path: Path, program, call: str, error: str
+) -> None:
+    pynvml = pytest.importorskip("pynvml")
+    # GIVEN two recorded GPUs, each with the program on it; NVML refuses one call on GPU 1
+    gate = _gate_with_pids(program.pid, extra=[GpuProcess(program.pid, 5 * MiB)])
+    gate.refuse[call, 1] = getattr(pynvml, error)()
+
+    # WHEN memdoc samples them for a while
+    trace = load_trace(_record(tmp_path, gate, program.pid))
+
+    # THEN NVML stays on: GPU 0 is sampled to the end, and so is GPU 1's other value
+    assert not [s for s in trace.unavailable_collectors() if s.name == "nvml"]
+    used_0 = trace.series(Metric.GPU_USED, device=0)
+    proc_0 = trace.series(Metric.GPU_PROC_USED, device=0, pid=program.pid)
+    assert used_0 is not None and len(used_0) >= 10
+    assert proc_0 is not None and len(proc_0) >= 3
+    used_1 = trace.series(Metric.GPU_USED, device=1)
+    proc_1 = trace.series(Metric.GPU_PROC_USED, device=1, pid=program.pid)
+    refused, kept = (proc_1, used_1) if call == "processes" else (used_1, proc_1)
+    # AND the refused value is missing (never 0), the other one of GPU 1 is there
+    assert refused is None
+    assert kept is not None and len(kept) >= 3
+    # AND it was said once, with NVML's reason
+    notes = [e.data["text"] for e in trace.events("note") if "NVML refused" in e.data["text"]]
+    assert len(notes) == 1 and "GPU 1" in notes[0] and str(getattr(pynvml, error)()) in notes[0]
+
+
 def test_on_a_machine_without_a_driver_the_real_gate_says_so_in_one_line() -> None:
     try:
         gate = open_gate()
@@ -251,3 +300,16 @@ def test_nspid_lines_map_outer_pids_to_local_ones(tmp_path: Path) -> None:
     (tmp_path / "11" / "status").write_text("Name:\tpython\nNSpid:\t11\n")
 
     assert nspid_map([10, 11, 12], proc_root=tmp_path) == {5010: 10}
+
+
+def test_a_lost_gpu_is_not_a_refused_value_but_the_end_of_nvml() -> None:
+    pynvml = pytest.importorskip("pynvml")
+    gate = RecordedGate([])
+    gate._devices = [RecordedDevice(DeviceInfo_(0, "x", 10), GpuMemory(10 * MiB, MiB, 9 * MiB))]
+    gate.refuse["memory", 0] = pynvml.NVMLError_GpuIsLost()
+    collector = NvmlCollector(os.getpid(), gate_factory=lambda: gate)
+    collector.probe()
+    collector.start(_Sink())
+
+    with pytest.raises(CollectorFailed, match="NVML stopped answering"):
+        collector.sample(time.time())

@@ -70,9 +70,11 @@ def _wait_for_child(memdoc: subprocess.Popen[bytes], timeout_s: float = 30.0) ->
     deadline = time.monotonic() + timeout_s
     parent = psutil.Process(memdoc.pid)
     while time.monotonic() < deadline:
-        children = parent.children()
-        if children:
-            return int(children[0].pid)
+        # The program, not the stderr copier memdoc may start before it.
+        for child in parent.children():
+            with contextlib.suppress(psutil.Error):
+                if child.cmdline()[1:] == ["prog.py"]:
+                    return int(child.pid)
         time.sleep(0.01)
     raise AssertionError("memdoc never started the program")
 
