@@ -13,6 +13,7 @@ from memdoc.cli.common import check_output_path, warn
 from memdoc.errors import MemdocError
 
 NAME = "run"
+REPORT_SUFFIXES = (".html", ".htm")
 HELP = "run a Python script, module or command and record its memory"
 
 
@@ -37,9 +38,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-q", "--quiet", action="store_true", help="print nothing but errors at the end"
     )
     parser.add_argument(
-        "--report", action="store_true", help="also write the HTML report (beside the trace)"
+        "--report",
+        action="store_true",
+        help="also write the HTML report, beside the trace (run.memdoc -> run.html)",
     )
-    parser.add_argument("--report-file", metavar="FILE", help="write the HTML report here")
+    parser.add_argument(
+        "--report-to",
+        metavar="FILE",
+        help="also write the HTML report, to FILE (--report takes no file name)",
+    )
     parser.add_argument("--live", action="store_true", help="show the live dashboard while it runs")
     parser.add_argument("--no-nvml", action="store_true", help="do not query the NVIDIA driver")
     parser.add_argument(
@@ -68,6 +75,12 @@ def program_command(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     if not rest:
         raise MemdocError("nothing to run", hint="memdoc run train.py [args...]")
     script = rest[0]
+    if Path(script).suffix.lower() in REPORT_SUFFIXES:
+        # `--report out.html train.py`: the report's name, taken for the program.
+        raise MemdocError(
+            f"{script} is not a Python program: --report takes no file name",
+            hint=f"memdoc run --report-to {script} {' '.join(rest[1:]) or 'train.py'}",
+        )
     if not Path(script).is_file():
         raise MemdocError(
             f"{script}: no such file", hint="for a command, put it after --: memdoc run -- cmd"
@@ -118,9 +131,9 @@ def _say_how_it_ended(sig: int | None, *, quiet: bool) -> None:
 
 
 def _report_path(args: argparse.Namespace, output: Path) -> Path | None:
-    if not args.report and not args.report_file:
+    if not args.report and not args.report_to:
         return None
-    path = Path(args.report_file) if args.report_file else output.with_suffix(".html")
+    path = Path(args.report_to) if args.report_to else output.with_suffix(".html")
     check_output_path(path, force=args.force)
     return path
 

@@ -1,0 +1,54 @@
+"""`memdoc run`'s options as a user types them: one report form that cannot eat the program."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_memdoc
+
+HELLO = "print('hello from the program')\n"
+
+
+@pytest.mark.parametrize(
+    "exists", [pytest.param(False, id="new"), pytest.param(True, id="existing")]
+)
+def test_report_followed_by_an_html_path_is_refused_with_a_usage_line(
+    tmp_path: Path, exists: bool
+) -> None:
+    (tmp_path / "train.py").write_text(HELLO)
+    if exists:  # a report from an earlier run: still not a program
+        (tmp_path / "out.html").write_text("print('the html file ran')\n")
+    done = run_memdoc("run", "--report", "out.html", "train.py", cwd=tmp_path, timeout=60)
+    stderr = done.stderr.decode()
+    assert done.returncode == 2
+    assert "out.html" in stderr and "--report-to out.html" in stderr
+    assert "Traceback" not in stderr
+    assert b"hello from the program" not in done.stdout  # nothing was run
+    assert b"ran" not in done.stdout
+    assert not list(tmp_path.glob("*.memdoc"))
+
+
+def test_report_writes_the_html_beside_the_trace(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(HELLO)
+    (tmp_path / "runs").mkdir()
+    done = run_memdoc("run", "--report", "-o", "runs/t.memdoc", "train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr.decode()
+    assert (tmp_path / "runs" / "t.html").is_file()
+    assert "report runs/t.html" in done.stderr.decode()
+
+
+def test_report_to_writes_the_html_where_it_is_told(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(HELLO)
+    done = run_memdoc("run", "--report-to", "mine.html", "-o", "t.memdoc", "train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr.decode()
+    assert (tmp_path / "mine.html").is_file()
+    assert not (tmp_path / "t.html").exists()
+
+
+def test_run_help_names_both_report_forms() -> None:
+    done = run_memdoc("run", "--help", timeout=60)
+    text = done.stdout.decode()
+    assert "--report " in text and "--report-to FILE" in text
+    assert "beside the trace" in text
