@@ -8,9 +8,13 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memdoc.cli.common import check_output_path, warn
 from memdoc.errors import MemdocError
+
+if TYPE_CHECKING:
+    from memdoc.run.parent import RunOptions
 
 NAME = "run"
 REPORT_SUFFIXES = (".html", ".htm")
@@ -47,7 +51,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="also write the HTML report, to FILE (--report takes no file name)",
     )
-    parser.add_argument("--live", action="store_true", help="show the live dashboard while it runs")
+    parser.add_argument(
+        "--live",
+        action="store_true",
+        help="show the live dashboard while it runs (q closes it and the program goes on, "
+        "its output then printed; ctrl+c interrupts the program); the output is kept in "
+        "TRACE.log",
+    )
     parser.add_argument("--no-nvml", action="store_true", help="do not query the NVIDIA driver")
     parser.add_argument(
         "--record-allocations",
@@ -113,21 +123,8 @@ def run(args: argparse.Namespace) -> int:
     if args.live:
         return _run_live(options, report_path, args)
     result = run_program(options)
-    _say_how_it_ended(result.signal, quiet=args.quiet)
     _finish(result.trace_path, result.writer_error, report_path, quiet=args.quiet, force=args.force)
     return result.status
-
-
-def _say_how_it_ended(sig: int | None, *, quiet: bool) -> None:
-    if sig is None or quiet:
-        return
-    import signal
-
-    try:
-        name = signal.Signals(sig).name
-    except ValueError:
-        name = f"signal {sig}"
-    print(f"memdoc: the program was killed by {name} ({sig})", file=sys.stderr)
 
 
 def _report_path(args: argparse.Namespace, output: Path) -> Path | None:
@@ -161,40 +158,9 @@ def _finish(
         print(f"memdoc: trace written to {trace} (no diagnosis: {exc})", file=sys.stderr)
 
 
-def _run_live(options: object, report: Path | None, args: argparse.Namespace) -> int:
-    import threading
+def _run_live(options: RunOptions, report: Path | None, args: argparse.Namespace) -> int:
+    from memdoc.cli.run_live import run_live
 
-    from memdoc.run.parent import RunOptions, RunResult, run_program
-
-    assert isinstance(options, RunOptions)
-    options.output_log = options.output.with_suffix(".log")
-    outcome: dict[str, RunResult | BaseException] = {}
-
-    def target() -> None:
-        try:
-            outcome["result"] = run_program(options)
-        except BaseException as exc:
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=target, name="memdoc-run", daemon=True)
-    worker.start()
-    deadline = time.monotonic() + 5
-    while not options.output.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    try:
-        from memdoc.tui.app import run_live_dashboard
-
-        run_live_dashboard(options.output, log_path=options.output_log)
-    except ImportError as exc:
-        warn(f"no dashboard ({exc}); the program runs on")
-    worker.join()  # the program goes on when the dashboard is closed
-    error = outcome.get("error")
-    if isinstance(error, BaseException):
-        raise error
-    result = outcome["result"]
-    assert isinstance(result, RunResult)
-    _say_how_it_ended(result.signal, quiet=args.quiet)
-    if options.output_log is not None and options.output_log.exists():
-        sys.stdout.write(options.output_log.read_text(errors="replace"))
+    result = run_live(options)
     _finish(result.trace_path, result.writer_error, report, quiet=args.quiet, force=args.force)
     return result.status

@@ -10,6 +10,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -55,6 +56,7 @@ class RunOptions:
     record_allocations: bool = False
     output_log: Path | None = None  # --live: the program's output goes here
     extra_env: dict[str, str] = field(default_factory=dict)
+    started: Callable[[int], None] | None = None  # told the program's PID once it runs
 
 
 @dataclass
@@ -136,6 +138,8 @@ def _run_recorded(options: RunOptions, writer: TraceWriter) -> RunResult:
         raise
     if tee is not None:
         tee.close_write_end()
+    if options.started is not None:
+        options.started(child.pid)
     # Block the forwarded signals before memdoc starts any thread, so that only the
     # forwarding thread takes them (the child was started before, with the mask unblocked).
     in_main = threading.current_thread() is threading.main_thread()
