@@ -52,3 +52,18 @@ def test_run_help_names_both_report_forms() -> None:
     text = done.stdout.decode()
     assert "--report " in text and "--report-to FILE" in text
     assert "beside the trace" in text
+
+
+@pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGTERM"])
+def test_a_program_ended_by_a_signal_is_reported_in_one_line(
+    tmp_path: Path, signal_name: str
+) -> None:
+    (tmp_path / "die.py").write_text(
+        f"import os, signal\nos.kill(os.getpid(), signal.{signal_name})\n"
+    )
+    done = run_memdoc("run", "-o", "t.memdoc", "die.py", cwd=tmp_path)
+    stderr = done.stderr.decode()
+    assert done.returncode == 128 + {"SIGKILL": 9, "SIGTERM": 15}[signal_name]
+    said = [line for line in stderr.splitlines() if line.startswith("memdoc:")]
+    assert len(said) == 1, stderr
+    assert f"by {signal_name} (signal {done.returncode - 128})" in said[0]
