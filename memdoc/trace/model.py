@@ -111,6 +111,11 @@ class EventKind:
     NOTE = "note"
 
 
+# A step event's `source` when the program marked it (`memdoc.step()`, `w.step()`): such
+# steps win over the ones detected automatically (e.g. "optimizer") in the same process.
+USER_STEP = "user"
+
+
 @dataclass(frozen=True)
 class SeriesKey:
     """Identifies one recorded series: a metric, on a device, for a process."""
