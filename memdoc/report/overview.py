@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from memdoc.report.ledger import held_series, oom_device
 from memdoc.report.timeline import end_words
 from memdoc.trace import EventKind, Metric, OomInfo, Trace
-from memdoc.trace.model import FRAMEWORK_PREFIXES
+from memdoc.trace.model import FRAMEWORK_PREFIXES, RAISED_OUT_OF_WATCH
 from memdoc.trace.reader import oom_of
 from memdoc.units import format_duration
 
@@ -87,6 +87,10 @@ def ending_of(trace: Trace) -> Ending:
         kind = "killed" if end.signal == 9 else "signal"
         words = end_words(None, end.signal)
         return Ending(kind, f"{words[0].upper()}{words[1:]}{at}", True, end.t)
+    if end.reason == RAISED_OUT_OF_WATCH:
+        return Ending(
+            "raised", f"{_watch_error(trace)} raised out of the watched block{at}", True, end.t
+        )
     if end.exit_code not in (0, None):
         return Ending(
             "error", f"Failed with exit code {end.exit_code}{_last_error(trace)}{at}", True, end.t
@@ -104,6 +108,12 @@ def _oom_words(trace: Trace, oom: OomInfo) -> tuple[str, str]:
     where = f" on GPU {device}" if device is not None else ""
     who = f"Rank {trace.rank} ran" if trace.rank is not None else "Ran"
     return "oom", f"{who} out of GPU memory{where}"
+
+
+def _watch_error(trace: Trace) -> str:
+    errors = [e for e in trace.events(EventKind.EXCEPTION) if e.data.get("where") == "watch"]
+    name = str(errors[-1].data.get("type", "")) if errors else ""
+    return name.removeprefix("builtins.") or "An exception"
 
 
 def _last_error(trace: Trace) -> str:

@@ -115,6 +115,10 @@ class EventKind:
 # steps win over the ones detected automatically (e.g. "optimizer") in the same process.
 USER_STEP = "user"
 
+# An end record's `reason` when an exception left a `memdoc.watch` block: the program may
+# still catch it, so the record carries no exit code.
+RAISED_OUT_OF_WATCH = "raised out of the watched block"
+
 
 @dataclass(frozen=True)
 class SeriesKey:
