@@ -150,3 +150,41 @@ def test_a_file_that_is_neither_a_trace_nor_importable_is_refused(tmp_path: Path
     assert done.returncode != 0
     assert "Traceback" not in done.stderr.decode()
     assert done.stderr.decode().count("\n") <= 2
+
+
+@needs_tmux
+def test_live_waits_for_a_trace_not_written_yet_and_follows_it_once_it_appears(
+    tmp_path: Path, terminal
+) -> None:  # type: ignore[no-untyped-def]
+    trace = tmp_path / "run.memdoc"
+    term = terminal(_memdoc("live", str(trace)))
+    screen = term.wait_for("(ctrl+c to stop)").replace("\n", "")
+    assert f"memdoc: waiting for {trace} to appear" in screen
+    writer = subprocess.Popen(
+        [sys.executable, "-m", "memdoc.tui.demo", str(trace), "--live", "--seconds", "60"]
+    )
+    try:
+        term.wait_for("● live")
+        term.wait_for("memdoc live  run.memdoc")
+        term.press("q")
+        assert term.exit_status() == 0
+    finally:
+        writer.terminate()
+        writer.wait(timeout=10)
+
+
+@needs_tmux
+def test_ctrl_c_while_waiting_for_a_trace_exits_130_without_a_traceback(
+    tmp_path: Path, terminal
+) -> None:  # type: ignore[no-untyped-def]
+    term = terminal(_memdoc("live", str(tmp_path / "later.memdoc")))
+    term.wait_for("waiting for")
+    term.press("C-c")
+    assert term.exit_status() == 130
+    assert "Traceback" not in term.screen()
+
+
+def test_live_refuses_to_wait_in_a_folder_that_does_not_exist(tmp_path: Path) -> None:
+    done = run_memdoc("live", "no/such/run.memdoc", cwd=tmp_path, timeout=60)
+    assert done.returncode == 2
+    assert "no/such/run.memdoc: no such file" in done.stderr.decode()
