@@ -110,6 +110,22 @@ def _oom_words(trace: Trace, oom: OomInfo) -> tuple[str, str]:
     return "oom", f"{who} out of GPU memory{where}"
 
 
+def not_recorded(trace: Trace) -> tuple[tuple[str, str, str | None], ...]:
+    """(collector, reason, hint) for what no process could record: the same reason from
+    several processes once, with their number; nothing for a collector that worked in one."""
+    last = {(s.name, s.pid): s for s in trace.collectors()}
+    worked = {s.name for s in last.values() if s.available}
+    counts: dict[tuple[str, str, str | None], int] = {}
+    for status in last.values():
+        if not status.available and status.name not in worked:
+            key = (status.name, status.reason or "not available", status.hint)
+            counts[key] = counts.get(key, 0) + 1
+    return tuple(
+        (name, reason if n == 1 else f"{reason} (in {n} processes)", hint)
+        for (name, reason, hint), n in counts.items()
+    )
+
+
 def _watch_error(trace: Trace) -> str:
     errors = [e for e in trace.events(EventKind.EXCEPTION) if e.data.get("where") == "watch"]
     name = str(errors[-1].data.get("type", "")) if errors else ""
@@ -194,8 +210,6 @@ def build_overview(trace: Trace) -> Overview:
         cgroup_limit_bytes=_last_value(trace, Metric.CGROUP_LIMIT),
         steps=len(trace.steps()),
         env=tuple(sorted(header.env.items())),
-        unavailable=tuple(
-            (s.name, s.reason or "not available", s.hint) for s in trace.unavailable_collectors()
-        ),
+        unavailable=not_recorded(trace),
         trace_path=str(trace.path) if trace.path is not None else None,
     )

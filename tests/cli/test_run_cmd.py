@@ -67,3 +67,25 @@ def test_a_program_ended_by_a_signal_is_reported_in_one_line(
     said = [line for line in stderr.splitlines() if line.startswith("memdoc:")]
     assert len(said) == 1, stderr
     assert f"by {signal_name} (signal {done.returncode - 128})" in said[0]
+
+
+KIDS = """\
+import subprocess, sys
+for _ in range(3):
+    subprocess.run([sys.executable, "-c", "print('child')"], check=True)
+"""
+
+
+def test_the_same_not_recorded_note_from_several_processes_is_shown_once_with_a_count(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "kids.py").write_text(KIDS)
+    done = run_memdoc("run", "-q", "-o", "t.memdoc", "kids.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr.decode()
+    text = run_memdoc("diagnose", "t.memdoc", cwd=tmp_path, env={"COLUMNS": "300"})
+    notes = [
+        line.strip("│ ")
+        for line in text.stdout.decode().splitlines()
+        if "not recorded: jax" in line
+    ]
+    assert notes == ["not recorded: jax: the program did not import jax (in 4 processes)"]
