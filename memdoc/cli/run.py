@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     if args.live:
         return _run_live(options, report_path, args)
     result = run_program(options)
-    _finish(result.trace_path, result.writer_error, report_path, quiet=args.quiet, force=args.force)
+    _finish(result.trace_path, result.writer_error, report_path, args)
     return result.status
 
 
@@ -136,10 +136,13 @@ def _report_path(args: argparse.Namespace, output: Path) -> Path | None:
 
 
 def _finish(
-    trace: Path, writer_error: str | None, report: Path | None, *, quiet: bool, force: bool
+    trace: Path, writer_error: str | None, report: Path | None, args: argparse.Namespace
 ) -> None:
+    quiet = args.quiet
     if writer_error:
         warn(writer_error)
+    if args.record_allocations and not quiet:
+        _say_if_no_cuda(trace)
     if report is not None:
         try:
             from memdoc.report.html import write_report
@@ -158,9 +161,26 @@ def _finish(
         print(f"memdoc: trace written to {trace} (no diagnosis: {exc})", file=sys.stderr)
 
 
+def _say_if_no_cuda(trace: Path) -> None:
+    """--record-allocations on a run that never used CUDA recorded nothing: say why."""
+    from memdoc.collectors.pytorch import CUDA_STATUS_NAME
+    from memdoc.trace import load_trace
+
+    try:
+        statuses = load_trace(trace).collectors()
+    except MemdocError:
+        return
+    if not any(s.name == CUDA_STATUS_NAME and s.available for s in statuses):
+        print(
+            "memdoc: --record-allocations applies to PyTorch on CUDA only; no process of this "
+            "run used CUDA, so nothing was recorded",
+            file=sys.stderr,
+        )
+
+
 def _run_live(options: RunOptions, report: Path | None, args: argparse.Namespace) -> int:
     from memdoc.cli.run_live import run_live
 
     result = run_live(options)
-    _finish(result.trace_path, result.writer_error, report, quiet=args.quiet, force=args.force)
+    _finish(result.trace_path, result.writer_error, report, args)
     return result.status

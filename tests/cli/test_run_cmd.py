@@ -89,3 +89,14 @@ def test_the_same_not_recorded_note_from_several_processes_is_shown_once_with_a_
         if "not recorded: jax" in line
     ]
     assert notes == ["not recorded: jax: the program did not import jax (in 4 processes)"]
+
+
+def test_record_allocations_on_a_run_without_cuda_says_it_applies_to_cuda_only(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "train.py").write_text(HELLO)
+    done = run_memdoc("run", "--record-allocations", "-o", "t.memdoc", "train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr.decode()
+    said = [line for line in done.stderr.decode().splitlines() if "--record-allocations" in line]
+    assert len(said) == 1
+    assert "CUDA only" in said[0] and "nothing was recorded" in said[0]
