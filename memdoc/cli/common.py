@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from memdoc.errors import MemdocError, OutputExistsError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 class Command(Protocol):
@@ -33,6 +37,20 @@ def check_output_path(path: str | os.PathLike[str], *, force: bool) -> Path:
     if not os.access(parent, os.W_OK):
         raise MemdocError(f"cannot write {out}: folder {parent} is not writable")
     return out
+
+
+def print_unpadded(render: Callable[[Console], None]) -> None:
+    """Render rich output to stdout; piped, without the spaces rich pads each line with to
+    fill its width (80 columns when stdout is not a terminal)."""
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    if console.is_terminal:
+        render(console)
+        return
+    with console.capture() as captured:
+        render(console)
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 
 
 def warn(message: str) -> None:

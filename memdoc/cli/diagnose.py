@@ -19,8 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Imported here: every `memdoc` command builds the parser, few need the report.
-    from rich.console import Console
-
+    from memdoc.cli.common import print_unpadded
     from memdoc.report.data import ReportData
     from memdoc.report.inputs import load_inputs
     from memdoc.report.terminal import render_terminal
@@ -32,5 +31,5 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(to_json(loaded.primary.ending_oom(), findings), indent=2))
         return 0
     data = ReportData.from_run(loaded, findings, title=Path(args.traces[0]).name)
-    render_terminal(data, Console(highlight=False))
+    print_unpadded(lambda console: render_terminal(data, console))
     return 0

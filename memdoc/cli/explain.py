@@ -9,7 +9,7 @@ import sys
 from rich.console import Console, Group
 from rich.text import Text
 
-from memdoc.cli.common import read_text_input, warn
+from memdoc.cli.common import print_unpadded, read_text_input, warn
 from memdoc.errors import MemdocError
 from memdoc.report.terminal import findings_view
 from memdoc.rules.engine import Explanation, explain_in_words, explain_text, to_json
@@ -59,14 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(to_json(result.oom, result.findings), indent=2))
         return 0
-    console = Console(highlight=False)
-    if console.is_terminal:
-        render(result, console)
-        return 0
-    # Piped: the same text without the padding spaces rich adds to fill the width.
-    with console.capture() as captured:
-        render(result, console)
-    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+    print_unpadded(lambda console: render(result, console))
     return 0
 
 

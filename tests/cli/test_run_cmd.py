@@ -100,3 +100,13 @@ def test_record_allocations_on_a_run_without_cuda_says_it_applies_to_cuda_only(
     said = [line for line in done.stderr.decode().splitlines() if "--record-allocations" in line]
     assert len(said) == 1
     assert "CUDA only" in said[0] and "nothing was recorded" in said[0]
+
+
+def test_the_diagnosis_piped_to_a_file_has_no_lines_padded_with_spaces(tmp_path: Path) -> None:
+    (tmp_path / "oom.py").write_text("raise MemoryError('out of host memory')\n")
+    run_memdoc("run", "-q", "-o", "t.memdoc", "oom.py", cwd=tmp_path)
+    done = run_memdoc("diagnose", "t.memdoc", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr.decode()
+    lines = done.stdout.decode().splitlines()
+    assert any("host" in line for line in lines)
+    assert [line for line in lines if line.endswith(" ")] == []
