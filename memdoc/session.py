@@ -231,7 +231,15 @@ def header_for_this_process(command: Sequence[str], *, interval_s: float, mode: 
         rank=_int_env("RANK"),
         world_size=_int_env("WORLD_SIZE"),
         mode=mode,
+        cgroup_version=_cgroup_version(),
     )
+
+
+def _cgroup_version() -> int | None:
+    from memdoc.collectors.host import find_cgroup
+
+    cgroup = find_cgroup(os.getpid())
+    return cgroup.version if cgroup is not None else None
 
 
 def _int_env(name: str) -> int | None:

@@ -214,6 +214,7 @@ class Header:
     rank: int | None = None
     world_size: int | None = None
     mode: str = "run"  # run | watch | import
+    cgroup_version: int | None = None  # of the recording process's memory cgroup: 1, 2, none
 
 
 @dataclass(frozen=True)

@@ -110,3 +110,20 @@ def test_the_diagnosis_piped_to_a_file_has_no_lines_padded_with_spaces(tmp_path:
     lines = done.stdout.decode().splitlines()
     assert any("host" in line for line in lines)
     assert [line for line in lines if line.endswith(" ")] == []
+
+
+def test_the_host_oom_fix_names_the_cgroup_file_of_this_machines_cgroup_version(
+    tmp_path: Path,
+) -> None:
+    # A unified (v2) hierarchy has cgroup.controllers at its root; v1 has a folder per
+    # controller instead.
+    v2 = Path("/sys/fs/cgroup/cgroup.controllers").exists()
+    (tmp_path / "oom.py").write_text("raise MemoryError('out of host memory')\n")
+    run_memdoc("run", "-q", "-o", "t.memdoc", "oom.py", cwd=tmp_path)
+    done = run_memdoc("diagnose", "t.memdoc", cwd=tmp_path, env={"COLUMNS": "200"})
+    text = done.stdout.decode()
+    if v2:
+        assert "/sys/fs/cgroup/memory.max" in text and "limit_in_bytes" not in text
+    else:
+        assert "/sys/fs/cgroup/memory/memory.limit_in_bytes" in text
+        assert "memory.max" not in text
