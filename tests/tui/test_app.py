@@ -308,3 +308,23 @@ def test_no_browser_is_opened_without_a_display(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr("webbrowser.open", fake_open)
     assert open_in_browser("file:///tmp/report.html") is False
     assert called == []
+
+
+@pytest.mark.parametrize(
+    "size", [pytest.param((60, 20), id="60x20"), pytest.param((80, 24), id="80x24")]
+)
+@drive
+async def test_an_oom_banner_in_a_small_terminal_leaves_no_scrollbar_glyphs(
+    demo_trace: Path, tmp_path: Path, size: tuple[int, int]
+) -> None:
+    # GIVEN run --live's layout (the program's output below) in a small terminal
+    log = tmp_path / "run.log"
+    log.write_text("".join(f"step {i}\n" for i in range(40)))
+    app = make_app(TraceFollowSource(demo_trace), rules=fixed_rules, log_path=log)
+    async with app.run_test(size=size) as pilot:
+        # WHEN the banner shows the OOM and its diagnosis, taking rows from the rest
+        await wait_for(pilot, lambda: app.banner.display and app.findings is not None)
+        await pilot.pause(0.2)
+        # THEN the screen still fits: no scrollbar, whose thumb draws block glyphs at the edge
+        assert app.screen.scrollbars_enabled == (False, False)
+        assert app.banner.region.height >= 3
