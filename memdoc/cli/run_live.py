@@ -45,7 +45,7 @@ def run_live(options: RunOptions) -> RunResult:
             time.sleep(POLL_S / 2)
 
         def interrupt() -> None:
-            if pids:
+            if pids and worker.is_alive():
                 interrupt_like_a_terminal(pids[0])
 
         _show_dashboard(options.output, log_path, interrupt)

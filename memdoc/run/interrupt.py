@@ -10,7 +10,8 @@ import psutil
 
 
 def interrupt_like_a_terminal(pid: int) -> list[int]:
-    """Send SIGINT to `pid` and to every process below it in memdoc's process group.
+    """Send SIGINT to `pid`, a child of memdoc, and to every process below it in memdoc's
+    process group.
 
     A terminal's Ctrl-C reaches the whole foreground process group; while the dashboard
     holds the terminal in raw mode the terminal sends nothing, so memdoc does it. Processes
@@ -19,6 +20,8 @@ def interrupt_like_a_terminal(pid: int) -> list[int]:
     """
     try:
         root = psutil.Process(pid)
+        if root.ppid() != os.getpid():
+            return []  # not our program any more: its PID was reused after it ended
         family = [root, *root.children(recursive=True)]
     except psutil.Error:
         return []

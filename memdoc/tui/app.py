@@ -250,7 +250,7 @@ class MemdocApp(App[int]):
         """Ctrl-C: interrupt the watched program, if there is one, and close the dashboard."""
         if self._interrupt is not None:
             self._interrupt()
-        self.exit(INTERRUPTED_STATUS)
+        self.exit(return_code=INTERRUPTED_STATUS)
 
     def action_help(self) -> None:
         rows: list[tuple[str, str, bool]] = []

@@ -188,3 +188,12 @@ def test_live_refuses_to_wait_in_a_folder_that_does_not_exist(tmp_path: Path) ->
     done = run_memdoc("live", "no/such/run.memdoc", cwd=tmp_path, timeout=60)
     assert done.returncode == 2
     assert "no/such/run.memdoc: no such file" in done.stderr.decode()
+
+
+@needs_tmux
+def test_ctrl_c_closes_the_dashboard_with_status_130(demo_trace: Path, terminal) -> None:  # type: ignore[no-untyped-def]
+    term = terminal(_memdoc("live", str(demo_trace)))
+    term.wait_for("▶ replay")
+    term.press("C-c")
+    assert term.exit_status() == 130
+    assert "Press ctrl+q" not in term.screen()
