@@ -104,6 +104,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.interval > 0:
         raise MemdocError("--interval must be a positive number of seconds")
     command, display = program_command(args)
+    if args.live:
+        from memdoc.cli.live import require_terminal
+
+        require_terminal()  # before the program starts: it would run with no one to see it
     output = (
         Path(args.output)
         if args.output

@@ -127,3 +127,13 @@ def test_the_host_oom_fix_names_the_cgroup_file_of_this_machines_cgroup_version(
     else:
         assert "/sys/fs/cgroup/memory/memory.limit_in_bytes" in text
         assert "memory.max" not in text
+
+
+def test_live_without_a_terminal_is_refused_before_the_program_starts(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(HELLO)
+    done = run_memdoc("run", "--live", "-o", "t.memdoc", "train.py", cwd=tmp_path, timeout=60)
+    stderr = done.stderr.decode()
+    assert done.returncode == 2
+    assert "the dashboard needs a terminal" in stderr and "Traceback" not in stderr
+    assert b"hello from the program" not in done.stdout
+    assert not (tmp_path / "t.memdoc").exists()
