@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -69,8 +70,15 @@ class watch:
                 train_step(batch)
                 w.step()
 
-    An exception leaving the block is recorded (an OOM with its parsed fields) and
-    re-raised unchanged. At the end, a short diagnosis is printed to stderr when something
+    memdoc never stops the program: when the trace exists already, the recording goes to a
+    fresh name beside it (`run-1.memdoc`, `run-2.memdoc`, ...; said once on stderr, and
+    `w.path` is the name used), unless `force=True`, which overwrites it. A decorated
+    function gets a fresh trace at each call the same way. When the trace cannot be written
+    at all (a missing or read-only folder), memdoc warns once and the block runs unobserved.
+
+    An exception leaving the block is recorded (an OOM with its parsed fields) as raised out
+    of the watched block, and re-raised unchanged; whether it then ends the process is the
+    program's business. At the end, a short diagnosis is printed to stderr when something
     went wrong, one quiet line otherwise (`quiet=True` silences it).
     """
 
@@ -87,19 +95,32 @@ class watch:
         self.force = force
         self.quiet = quiet
         self.session: Session | None = None
+        self._asked = self.path
         self._writer: Any = None
         self._entry: Path | None = None
 
     # -- context manager ------------------------------------------------------------------
 
     def __enter__(self) -> watch:
+        try:
+            self._start()
+        except Exception as exc:  # memdoc's failure never becomes the program's
+            self._abandon()
+            _say_once(
+                ("unobserved", self._asked),
+                f"memdoc: warning: cannot record to {self._asked}: {_reason(exc)}; "
+                "the block runs unobserved",
+            )
+        return self
+
+    def _start(self) -> None:
         from memdoc.collectors.registry import in_process_collectors
         from memdoc.session import header_for_this_process
         from memdoc.trace.model import ProcessInfo
-        from memdoc.trace.writer import TraceWriter
 
         header = header_for_this_process(sys.argv, interval_s=self.interval, mode="watch")
-        self._writer = TraceWriter(self.path, header, force=self.force)
+        self._writer = _open_writer(self._asked, header, force=self.force)
+        self.path = self._writer.path
         self._writer.process(
             ProcessInfo(pid=os.getpid(), t=time.time(), ppid=os.getppid(), command=tuple(sys.argv))
         )
@@ -111,7 +132,17 @@ class watch:
         self.session.start()
         push_session(self.session)
         self._entry = recordings.register(self.path, sys.argv)
-        return self
+
+    def _abandon(self) -> None:
+        session, self.session = self.session, None
+        if session is not None:
+            pop_session(session)
+            with contextlib.suppress(Exception):
+                session.stop()
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                self._writer.close(None)
+        self._writer = None
 
     def __exit__(
         self,
@@ -119,19 +150,33 @@ class watch:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        from memdoc.trace.model import ExitInfo
-
         session = self.session
         if session is None:
             return
+        try:
+            self._finish(session, exc, tb)
+        except Exception as error:
+            _say_once(("finish", self.path), f"memdoc: warning: {self.path}: {_reason(error)}")
+
+    def _finish(
+        self, session: Session, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        from memdoc.trace.model import RAISED_OUT_OF_WATCH, ExitInfo
+
+        self.session = None
         pop_session(session)
         recordings.unregister(self._entry)
         self._entry = None
         if exc is not None:
             session.record_exception(exc, tb, where="watch")
         session.stop()
-        code = 0 if exc is None else 1
-        self._writer.close(ExitInfo(t=time.time(), exit_code=code, reason="watch block ended"))
+        # An exception leaving the block may still be caught by the program: no exit code.
+        end = (
+            ExitInfo(t=time.time(), exit_code=0, reason=WATCH_ENDED)
+            if exc is None
+            else ExitInfo(t=time.time(), reason=RAISED_OUT_OF_WATCH)
+        )
+        self._writer.close(end)
         if not self.quiet:
             _print_summary(self.path)
 
@@ -140,7 +185,7 @@ class watch:
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
         @functools.wraps(func)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            with watch(self.path, interval=self.interval, force=True, quiet=self.quiet):
+            with watch(self._asked, interval=self.interval, force=self.force, quiet=self.quiet):
                 return func(*args, **kwargs)
 
         return wrapper
@@ -154,6 +199,52 @@ class watch:
     def mark(self, label: str, **data: Any) -> None:
         if self.session is not None:
             self.session.mark(label, **data)
+
+
+WATCH_ENDED = "watch block ended"
+MAX_FRESH_NAMES = 10_000
+_said: set[tuple[str, Path]] = set()
+
+
+def _open_writer(path: Path, header: Any, *, force: bool) -> Any:
+    """A writer on `path`, or on the first free `stem-N` beside it unless `force`.
+
+    Raises:
+        MemdocError: the folder is missing or not writable.
+    """
+    from memdoc.errors import OutputExistsError
+    from memdoc.trace.writer import TraceWriter
+
+    if force:
+        return TraceWriter(path, header, force=True)
+    for number in range(MAX_FRESH_NAMES):
+        candidate = path if number == 0 else path.with_name(f"{path.stem}-{number}{path.suffix}")
+        try:
+            writer = TraceWriter(candidate, header)  # opens with "x": no race with another run
+        except OutputExistsError:
+            continue
+        if number:
+            _say_once(
+                ("renamed", path),
+                f"memdoc: {path} exists; recording to {candidate} "
+                "(memdoc.watch(..., force=True) overwrites)",
+            )
+        return writer
+    raise OutputExistsError(str(path))
+
+
+def _say_once(key: tuple[str, Path], line: str) -> None:
+    """One line on stderr per kind of news and trace name, however many blocks run."""
+    if key in _said:
+        return
+    _said.add(key)
+    print(line, file=sys.stderr)
+
+
+def _reason(exc: BaseException) -> str:
+    from memdoc.errors import MemdocError
+
+    return exc.message if isinstance(exc, MemdocError) else f"{type(exc).__name__}: {exc}"
 
 
 def _print_summary(path: Path) -> None:

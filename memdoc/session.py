@@ -17,6 +17,7 @@ from typing import Any
 from memdoc.collectors.base import Collector, CollectorFailed, Sink, Values
 from memdoc.trace.model import (
     SCHEMA_VERSION,
+    USER_STEP,
     CollectorStatus,
     DeviceInfo,
     Event,
@@ -56,6 +57,7 @@ class Session:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._step = 0
+        self._explicit_steps = False  # the program marks its own steps: they alone count
         self._last_tick_mono = float("-inf")
         self._step_callbacks: list[Any] = []
         # Memory errors already recorded, so that one seen twice (caught, then again at exit)
@@ -163,9 +165,19 @@ class Session:
     def emit(self, kind: str, data: Mapping[str, Any] | None = None) -> None:
         self.sink.event(Event(t=time.time(), kind=kind, pid=self.pid, data=dict(data or {})))
 
-    def step(self, source: str = "user", **data: Any) -> int:
-        """Record a step boundary, with a sample right after it (the step's baseline)."""
+    def step(self, source: str = USER_STEP, **data: Any) -> int:
+        """Record a step boundary, with a sample right after it (the step's baseline).
+
+        Steps the program marks itself (`source="user"`) win: from the first one on, steps
+        detected automatically (the optimizer hook) are ignored and the count restarts at 1,
+        so a loop with both `memdoc.step()` and `optimizer.step()` counts each step once.
+        """
         with self._lock:
+            if source == USER_STEP and not self._explicit_steps:
+                self._explicit_steps = True
+                self._step = 0
+            elif source != USER_STEP and self._explicit_steps:
+                return self._step
             self._step += 1
             number = self._step
         self.emit(EventKind.STEP, {"step": number, "source": source, **data})
@@ -254,7 +266,15 @@ def header_for_this_process(command: Sequence[str], *, interval_s: float, mode: 
         rank=_int_env("RANK"),
         world_size=_int_env("WORLD_SIZE"),
         mode=mode,
+        cgroup_version=_cgroup_version(),
     )
+
+
+def _cgroup_version() -> int | None:
+    from memdoc.collectors.host import find_cgroup
+
+    cgroup = find_cgroup(os.getpid())
+    return cgroup.version if cgroup is not None else None
 
 
 def _int_env(name: str) -> int | None:

@@ -6,8 +6,9 @@ import argparse
 import os
 import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from memdoc.errors import MemdocError, OutputExistsError
 from memdoc.files import refuse_foreign_link
@@ -38,6 +39,10 @@ def internal_error(exc: Exception) -> MemdocError:
     )
 
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
 class Command(Protocol):
     """A subcommand module: `NAME`, `HELP`, `add_arguments(parser)`, `run(args) -> int`."""
 
@@ -61,6 +66,20 @@ def check_output_path(path: str | os.PathLike[str], *, force: bool) -> Path:
     if not os.access(parent, os.W_OK):
         raise MemdocError(f"cannot write {out}: folder {parent} is not writable")
     return out
+
+
+def print_unpadded(render: Callable[[Console], None]) -> None:
+    """Render rich output to stdout; piped, without the spaces rich pads each line with to
+    fill its width (80 columns when stdout is not a terminal)."""
+    from memdoc.report.console import SafeConsole
+
+    console = SafeConsole()
+    if console.is_terminal:
+        render(console)
+        return
+    with console.capture() as captured:
+        render(console)
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 
 
 def warn(message: str) -> None:

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     # Imported here: every `memdoc` command builds the parser, few need the report.
-    from memdoc.report.console import SafeConsole
+    from memdoc.cli.common import print_unpadded
     from memdoc.report.data import ReportData
     from memdoc.report.inputs import load_inputs
     from memdoc.report.terminal import render_terminal
@@ -50,7 +50,7 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps({**to_json(oom, findings), "run": run_summary(loaded)}, indent=2))
         return code
     data = ReportData.from_run(loaded, findings, title=Path(args.traces[0]).name)
-    render_terminal(data, SafeConsole())
+    print_unpadded(lambda console: render_terminal(data, console))
     return code
 
 

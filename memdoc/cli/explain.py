@@ -13,11 +13,11 @@ from memdoc.cli.common import (
     FINDINGS_EXIT_HELP,
     findings_exit_code,
     internal_error,
+    print_unpadded,
     read_text_input,
     warn,
 )
 from memdoc.errors import MemdocError
-from memdoc.report.console import SafeConsole
 from memdoc.report.terminal import findings_view
 from memdoc.rules.engine import Explanation, explain_in_words, explain_text, to_json
 from memdoc.rules.facts import framework_name, library_name
@@ -80,14 +80,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(to_json(result.oom, result.findings), indent=2))
         return code
-    console = SafeConsole()
-    if console.is_terminal:
-        render(result, console)
-        return code
-    # Piped: the same text without the padding spaces rich adds to fill the width.
-    with console.capture() as captured:
-        render(result, console)
-    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+    print_unpadded(lambda console: render(result, console))
     return code
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,7 @@ NAME = "live"
 HELP = "show a trace in the live dashboard: follow it while it is written, replay it when finished"
 
 MIN_SPEED, MAX_SPEED = 0.5, 16.0
+WAIT_POLL_S = 0.2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,7 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if not MIN_SPEED <= args.speed <= MAX_SPEED:
         raise MemdocError(f"--speed must be between {MIN_SPEED:g} and {MAX_SPEED:g}")
-    source = open_source([Path(p) for p in args.traces], replay=args.replay, speed=args.speed)
+    paths = [Path(p) for p in args.traces]
+    if _is_terminal():
+        wait_for_traces(paths)  # a run about to start: follow it from its first record
+    source = open_source(paths, replay=args.replay, speed=args.speed)
     require_terminal()
     from memdoc.tui.app import make_app
 
@@ -50,8 +55,32 @@ def run(args: argparse.Namespace) -> int:
     return app.return_code or 0
 
 
+def _is_terminal() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def wait_for_traces(paths: list[Path], *, poll_s: float = WAIT_POLL_S) -> None:
+    """Wait, saying so once, until every trace exists and has its header; Ctrl-C stops.
+
+    Raises:
+        MemdocError: a trace's folder does not exist, so nothing can appear there.
+    """
+    from memdoc.trace.reader import looks_like_trace
+
+    missing = [p for p in paths if not p.exists()]
+    for path in missing:
+        if not (path.parent if str(path.parent) else Path(".")).is_dir():
+            raise MemdocError(f"{path}: no such file")
+    if not missing:
+        return
+    names = ", ".join(str(p) for p in missing)
+    print(f"memdoc: waiting for {names} to appear (ctrl+c to stop)", file=sys.stderr)
+    while not all(looks_like_trace(p) for p in missing):
+        time.sleep(poll_s)
+
+
 def require_terminal() -> None:
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+    if not _is_terminal():
         raise MemdocError(
             "the dashboard needs a terminal",
             hint="for a file or a pipe, use memdoc diagnose TRACE or memdoc report TRACE",

@@ -8,12 +8,17 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memdoc.cli.common import check_output_path, warn
 from memdoc.errors import MemdocError
 from memdoc.printable import printable
 
+if TYPE_CHECKING:
+    from memdoc.run.parent import RunOptions
+
 NAME = "run"
+REPORT_SUFFIXES = (".html", ".htm")
 HELP = "run a Python script, module or command and record its memory"
 
 
@@ -38,10 +43,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-q", "--quiet", action="store_true", help="print nothing but errors at the end"
     )
     parser.add_argument(
-        "--report", action="store_true", help="also write the HTML report (beside the trace)"
+        "--report",
+        action="store_true",
+        help="also write the HTML report, beside the trace (run.memdoc -> run.html)",
     )
-    parser.add_argument("--report-file", metavar="FILE", help="write the HTML report here")
-    parser.add_argument("--live", action="store_true", help="show the live dashboard while it runs")
+    parser.add_argument(
+        "--report-to",
+        metavar="FILE",
+        help="also write the HTML report, to FILE (--report takes no file name)",
+    )
+    parser.add_argument(
+        "--live",
+        action="store_true",
+        help="show the live dashboard while it runs (q closes it and the program goes on, "
+        "its output then printed; ctrl+c interrupts the program); the output is kept in "
+        "TRACE.log",
+    )
     parser.add_argument("--no-nvml", action="store_true", help="do not query the NVIDIA driver")
     parser.add_argument(
         "--record-allocations",
@@ -69,6 +86,12 @@ def program_command(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     if not rest:
         raise MemdocError("nothing to run", hint="memdoc run train.py [args...]")
     script = rest[0]
+    if Path(script).suffix.lower() in REPORT_SUFFIXES:
+        # `--report out.html train.py`: the report's name, taken for the program.
+        raise MemdocError(
+            f"{script} is not a Python program: --report takes no file name",
+            hint=f"memdoc run --report-to {script} {' '.join(rest[1:]) or 'train.py'}",
+        )
     if not Path(script).is_file():
         raise MemdocError(
             f"{script}: no such file", hint="for a command, put it after --: memdoc run -- cmd"
@@ -82,12 +105,18 @@ def run(args: argparse.Namespace) -> int:
     if not args.interval > 0:
         raise MemdocError("--interval must be a positive number of seconds")
     command, display = program_command(args)
+    if args.live:
+        from memdoc.cli.live import require_terminal
+
+        require_terminal()  # before the program starts: it would run with no one to see it
     output = (
         Path(args.output)
         if args.output
         else Path(f"memdoc-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.memdoc")
     )
     check_output_path(output, force=args.force)
+    if args.live:  # the program's output goes to a log beside the trace: the same rule
+        check_output_path(output.with_suffix(".log"), force=args.force)
     report_path = _report_path(args, output)
     options = RunOptions(
         command=command,
@@ -101,36 +130,26 @@ def run(args: argparse.Namespace) -> int:
     if args.live:
         return _run_live(options, report_path, args)
     result = run_program(options)
-    _say_how_it_ended(result.signal, quiet=args.quiet)
-    _finish(result.trace_path, result.writer_error, report_path, quiet=args.quiet, force=args.force)
+    _finish(result.trace_path, result.writer_error, report_path, args)
     return result.status
 
 
-def _say_how_it_ended(sig: int | None, *, quiet: bool) -> None:
-    if sig is None or quiet:
-        return
-    import signal
-
-    try:
-        name = signal.Signals(sig).name
-    except ValueError:
-        name = f"signal {sig}"
-    print(f"memdoc: the program was killed by {name} ({sig})", file=sys.stderr)
-
-
 def _report_path(args: argparse.Namespace, output: Path) -> Path | None:
-    if not args.report and not args.report_file:
+    if not args.report and not args.report_to:
         return None
-    path = Path(args.report_file) if args.report_file else output.with_suffix(".html")
+    path = Path(args.report_to) if args.report_to else output.with_suffix(".html")
     check_output_path(path, force=args.force)
     return path
 
 
 def _finish(
-    trace: Path, writer_error: str | None, report: Path | None, *, quiet: bool, force: bool
+    trace: Path, writer_error: str | None, report: Path | None, args: argparse.Namespace
 ) -> None:
+    quiet = args.quiet
     if writer_error:
         warn(writer_error)
+    if args.record_allocations and not quiet:
+        _say_if_no_cuda(trace)
     if report is not None:
         try:
             from memdoc.report.html import write_report
@@ -150,40 +169,26 @@ def _finish(
         print(said, file=sys.stderr)
 
 
-def _run_live(options: object, report: Path | None, args: argparse.Namespace) -> int:
-    import threading
+def _say_if_no_cuda(trace: Path) -> None:
+    """--record-allocations on a run that never used CUDA recorded nothing: say why."""
+    from memdoc.collectors.pytorch import CUDA_STATUS_NAME
+    from memdoc.trace import load_trace
 
-    from memdoc.run.parent import RunOptions, RunResult, run_program
-
-    assert isinstance(options, RunOptions)
-    options.output_log = check_output_path(options.output.with_suffix(".log"), force=args.force)
-    outcome: dict[str, RunResult | BaseException] = {}
-
-    def target() -> None:
-        try:
-            outcome["result"] = run_program(options)
-        except BaseException as exc:
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=target, name="memdoc-run", daemon=True)
-    worker.start()
-    deadline = time.monotonic() + 5
-    while not options.output.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
     try:
-        from memdoc.tui.app import run_live_dashboard
+        statuses = load_trace(trace).collectors()
+    except MemdocError:
+        return
+    if not any(s.name == CUDA_STATUS_NAME and s.available for s in statuses):
+        print(
+            "memdoc: --record-allocations applies to PyTorch on CUDA only; no process of this "
+            "run used CUDA, so nothing was recorded",
+            file=sys.stderr,
+        )
 
-        run_live_dashboard(options.output, log_path=options.output_log)
-    except ImportError as exc:
-        warn(f"no dashboard ({exc}); the program runs on")
-    worker.join()  # the program goes on when the dashboard is closed
-    error = outcome.get("error")
-    if isinstance(error, BaseException):
-        raise error
-    result = outcome["result"]
-    assert isinstance(result, RunResult)
-    _say_how_it_ended(result.signal, quiet=args.quiet)
-    if options.output_log is not None and options.output_log.exists():
-        sys.stdout.write(options.output_log.read_text(errors="replace"))
-    _finish(result.trace_path, result.writer_error, report, quiet=args.quiet, force=args.force)
+
+def _run_live(options: RunOptions, report: Path | None, args: argparse.Namespace) -> int:
+    from memdoc.cli.run_live import run_live
+
+    result = run_live(options)
+    _finish(result.trace_path, result.writer_error, report, args)
     return result.status

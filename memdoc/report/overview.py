@@ -9,7 +9,7 @@ from memdoc.report.ledger import held_series, oom_device
 from memdoc.report.timeline import end_words
 from memdoc.rules.host import job_limit
 from memdoc.trace import EventKind, Metric, OomInfo, Trace
-from memdoc.trace.model import FRAMEWORK_PREFIXES
+from memdoc.trace.model import FRAMEWORK_PREFIXES, RAISED_OUT_OF_WATCH
 from memdoc.trace.reader import oom_of
 from memdoc.units import format_duration
 
@@ -87,6 +87,10 @@ def ending_of(trace: Trace) -> Ending:
         kind = "killed" if end.signal == 9 else "signal"
         words = end_words(None, end.signal)
         return Ending(kind, f"{words[0].upper()}{words[1:]}{at}", True, end.t)
+    if end.reason == RAISED_OUT_OF_WATCH:
+        return Ending(
+            "raised", f"{_watch_error(trace)} raised out of the watched block{at}", True, end.t
+        )
     if end.exit_code not in (0, None):
         return Ending(
             "error", f"Failed with exit code {end.exit_code}{_last_error(trace)}{at}", True, end.t
@@ -124,6 +128,28 @@ def _rank_of(trace: Trace, pid: int | None) -> int | None:
         if pid is not None and process.pid == pid and process.rank is not None:
             return process.rank
     return trace.rank
+
+
+def not_recorded(trace: Trace) -> tuple[tuple[str, str, str | None], ...]:
+    """(collector, reason, hint) for what no process could record: the same reason from
+    several processes once, with their number; nothing for a collector that worked in one."""
+    last = {(s.name, s.pid): s for s in trace.collectors()}
+    worked = {s.name for s in last.values() if s.available}
+    counts: dict[tuple[str, str, str | None], int] = {}
+    for status in last.values():
+        if not status.available and status.name not in worked:
+            key = (status.name, status.reason or "not available", status.hint)
+            counts[key] = counts.get(key, 0) + 1
+    return tuple(
+        (name, reason if n == 1 else f"{reason} (in {n} processes)", hint)
+        for (name, reason, hint), n in counts.items()
+    )
+
+
+def _watch_error(trace: Trace) -> str:
+    errors = [e for e in trace.events(EventKind.EXCEPTION) if e.data.get("where") == "watch"]
+    name = str(errors[-1].data.get("type", "")) if errors else ""
+    return name.removeprefix("builtins.") or "An exception"
 
 
 def _last_error(trace: Trace) -> str:
@@ -205,9 +231,7 @@ def build_overview(trace: Trace) -> Overview:
         cgroup_limit_bytes=_last_value(trace, Metric.CGROUP_LIMIT),
         steps=len(trace.steps()),
         env=tuple(sorted(header.env.items())),
-        unavailable=tuple(
-            (s.name, s.reason or "not available", s.hint) for s in trace.unavailable_collectors()
-        ),
+        unavailable=not_recorded(trace),
         trace_path=str(trace.path) if trace.path is not None else None,
         host_limit_bytes=int(limit.limit_bytes) if limit is not None else None,
         host_limit_name=limit.name if limit is not None else "",

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -56,6 +57,7 @@ class RunOptions:
     record_allocations: bool = False
     output_log: Path | None = None  # --live: the program's output goes here
     extra_env: dict[str, str] = field(default_factory=dict)
+    started: Callable[[int], None] | None = None  # told the program's PID once it runs
 
 
 @dataclass
@@ -133,6 +135,8 @@ def _run_recorded(options: RunOptions, writer: TraceWriter) -> RunResult:
         writer.close(ExitInfo(t=time.time(), exit_code=127, reason="could not start the program"))
         shutil.rmtree(sock_dir, ignore_errors=True)
         raise
+    if options.started is not None:
+        options.started(child.pid)
     # Block the forwarded signals before memdoc starts any thread, so that only the
     # forwarding thread takes them (the child was started before, with the mask unblocked).
     in_main = threading.current_thread() is threading.main_thread()

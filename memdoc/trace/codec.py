@@ -54,6 +54,8 @@ def encode_header(header: Header) -> str:
     data = asdict(header)
     data["command"] = list(header.command)
     data["env"] = dict(header.env)
+    if header.cgroup_version is None:
+        del data["cgroup_version"]  # added later: headers without it stay as they were
     return dumps({"type": T_HEADER, "format": FORMAT_NAME, **data})
 
 

@@ -116,6 +116,15 @@ class EventKind:
     LOSS = "loss"  # an agent dropped samples/events while memdoc could not keep up
 
 
+# A step event's `source` when the program marked it (`memdoc.step()`, `w.step()`): such
+# steps win over the ones detected automatically (e.g. "optimizer") in the same process.
+USER_STEP = "user"
+
+# An end record's `reason` when an exception left a `memdoc.watch` block: the program may
+# still catch it, so the record carries no exit code.
+RAISED_OUT_OF_WATCH = "raised out of the watched block"
+
+
 @dataclass(frozen=True)
 class SeriesKey:
     """Identifies one recorded series: a metric, on a device, for a process."""
@@ -222,6 +231,7 @@ class Header:
     rank: int | None = None
     world_size: int | None = None
     mode: str = "run"  # run | watch | import
+    cgroup_version: int | None = None  # of the recording process's memory cgroup: 1, 2, none
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from memdoc.trace.model import (
     FORMAT_NAME,
     FRAMEWORK_PREFIXES,
     SCHEMA_VERSION,
+    USER_STEP,
     CollectorStatus,
     DeviceInfo,
     Event,
@@ -308,12 +309,15 @@ class Trace:
         return [e for e in self._events if e.kind == kind]
 
     def steps(self) -> list[Event]:
-        """Step boundaries. When several processes report steps, the first reporter's count."""
+        """Step boundaries. When several processes report steps, the first reporter's count;
+        when that process marked steps itself, only those (not the optimizer's as well)."""
         steps = self.events(EventKind.STEP)
         pids = {e.pid for e in steps}
         if len(pids) > 1:
             first = steps[0].pid
             steps = [e for e in steps if e.pid == first]
+        if any(e.data.get("source") == USER_STEP for e in steps):
+            steps = [e for e in steps if e.data.get("source") == USER_STEP]
         return steps
 
     def losses(self) -> list[Loss]:

@@ -42,6 +42,7 @@ WINDOWS_S: tuple[float | None, ...] = (60.0, 300.0, 1800.0, None, 15.0)
 SEEK_SMALL_S = 5.0
 SEEK_LARGE_S = 60.0
 MAX_DEVICE_KEYS = 8
+INTERRUPTED_STATUS = 130  # what a shell reports for a command ended by Ctrl-C
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,11 @@ class MemdocApp(App[int]):
     ENABLE_COMMAND_PALETTE = False
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (90, "-wide")]  # noqa: RUF012 - Textual's type
     VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall")]  # noqa: RUF012 - Textual's type
-    BINDINGS: ClassVar[list[BindingType]] = [key.binding() for key in KEYS]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        *(key.binding() for key in KEYS),
+        # Textual's own ctrl+c only says to press ctrl+q; a person means "stop".
+        Binding("ctrl+c", "interrupt", "Interrupt", show=False, priority=True),
+    ]
 
     def __init__(
         self,
@@ -104,8 +109,10 @@ class MemdocApp(App[int]):
         rules: RulesFn | None = None,
         refresh_interval_s: float = REFRESH_INTERVAL_S,
         opener: Callable[[str], bool] = open_in_browser,
+        interrupt: Callable[[], None] | None = None,
     ) -> None:
         super().__init__()
+        self._interrupt = interrupt
         self.source = source
         self.log_path = log_path
         self.refresh_interval_s = refresh_interval_s
@@ -259,6 +266,12 @@ class MemdocApp(App[int]):
             return report_path_of(self.source) is not None
         return True
 
+    def action_interrupt(self) -> None:
+        """Ctrl-C: interrupt the watched program, if there is one, and close the dashboard."""
+        if self._interrupt is not None:
+            self._interrupt()
+        self.exit(return_code=INTERRUPTED_STATUS)
+
     def action_help(self) -> None:
         rows: list[tuple[str, str, bool]] = []
         for key in KEYS:
@@ -372,8 +385,10 @@ def make_app(
     rules: RulesFn | None = None,
     refresh_interval_s: float = REFRESH_INTERVAL_S,
     opener: Callable[[str], bool] = open_in_browser,
+    interrupt: Callable[[], None] | None = None,
 ) -> MemdocApp:
-    """The dashboard over `source`; `log_path` is the wrapped program's output, if any."""
+    """The dashboard over `source`; `log_path` is the wrapped program's output, if any;
+    `interrupt` is what Ctrl-C does to that program before the dashboard closes."""
     return MemdocApp(
         source,
         log_path=log_path,
@@ -381,11 +396,17 @@ def make_app(
         rules=rules,
         refresh_interval_s=refresh_interval_s,
         opener=opener,
+        interrupt=interrupt,
     )
 
 
-def run_live_dashboard(trace_path: Path, *, log_path: Path | None = None) -> int:
+def run_live_dashboard(
+    trace_path: Path,
+    *,
+    log_path: Path | None = None,
+    interrupt: Callable[[], None] | None = None,
+) -> int:
     """Follow a trace being written until the person quits (`memdoc run --live`)."""
-    app = make_app(TraceFollowSource(trace_path), log_path=log_path)
+    app = make_app(TraceFollowSource(trace_path), log_path=log_path, interrupt=interrupt)
     app.run()
     return app.return_code or 0

@@ -12,6 +12,7 @@ from pathlib import Path
 from memdoc.tui.sources import SampleSource
 
 REPORT_TIMEOUT_S = 300.0
+MAX_REPORT_NAMES = 1000
 
 
 def report_path_of(source: SampleSource) -> Path | None:
@@ -24,12 +25,13 @@ def report_path_of(source: SampleSource) -> Path | None:
 
 
 def write_report(trace_path: Path) -> tuple[Path | None, str | None]:
-    """Write the HTML report into a new temporary folder (never over a file of the user's).
+    """Write the HTML report beside the trace (`run.html`, or `run-1.html`... when one is
+    there already: never over a file of the user's); in a temporary folder when the trace's
+    folder cannot be written.
 
     Returns the report's path, or None and the first line of the command's complaint.
     """
-    out_dir = Path(tempfile.mkdtemp(prefix="memdoc-report-"))
-    out = out_dir / f"{trace_path.stem}.html"
+    out = _free_report_path(trace_path)
     command = [sys.executable, "-m", "memdoc", "report", str(trace_path), "-o", str(out)]
     try:
         done = subprocess.run(
@@ -41,6 +43,18 @@ def write_report(trace_path: Path) -> tuple[Path | None, str | None]:
         lines = [line for line in (done.stderr or done.stdout).splitlines() if line.strip()]
         return None, lines[0] if lines else f"memdoc report exited with {done.returncode}"
     return out, None
+
+
+def _free_report_path(trace_path: Path) -> Path:
+    folder = trace_path.parent
+    if not os.access(folder, os.W_OK):
+        folder = Path(tempfile.mkdtemp(prefix="memdoc-report-"))
+    stem = trace_path.stem
+    for number in range(MAX_REPORT_NAMES):
+        name = f"{stem}.html" if number == 0 else f"{stem}-{number}.html"
+        if not (folder / name).exists():
+            return folder / name
+    return Path(tempfile.mkdtemp(prefix="memdoc-report-")) / f"{stem}.html"
 
 
 def open_in_browser(uri: str) -> bool:

@@ -6,6 +6,7 @@ import bisect
 from array import array
 
 from memdoc.trace import Event, EventKind, Trace
+from memdoc.trace.model import USER_STEP
 
 
 class EventIndex:
@@ -19,6 +20,7 @@ class EventIndex:
         self._seen = 0
         self._step_pid: int | None = None
         self._has_steps = False
+        self._user_steps = False
         self.step_times: array[float] = array("d")
         self.step_numbers: list[int] = []
         self.mark_times: array[float] = array("d")
@@ -39,6 +41,12 @@ class EventIndex:
             if not self._has_steps:
                 self._has_steps, self._step_pid = True, event.pid
             if event.pid != self._step_pid:
+                return
+            user = event.data.get("source") == USER_STEP
+            if user and not self._user_steps:  # the program's own steps win from here on
+                self._user_steps = True
+                self.step_times, self.step_numbers = array("d"), []
+            elif self._user_steps and not user:
                 return
             number = event.data.get("step")
             self.step_times.append(event.t)

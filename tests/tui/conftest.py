@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import shutil
+import subprocess
 import time
-from collections.abc import Callable, Coroutine
+import uuid
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -107,3 +110,84 @@ def drive(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]
         asyncio.run(test(*args, **kwargs))
 
     return run
+
+
+needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+
+
+class Terminal:
+    """One tmux session running one command; the screen is read as text."""
+
+    def __init__(self, status_file: Path, size: tuple[int, int]) -> None:
+        self.name = f"memdoc-test-{uuid.uuid4().hex[:8]}"
+        self.status_file = status_file
+        width, height = size
+        subprocess.run(
+            ["tmux", "new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height)],
+            check=True,
+        )
+
+    def start(self, command: str) -> None:
+        # Typed into the shell once its prompt is up: a program started with the pane could
+        # read the pane's size before tmux settles it.
+        deadline = time.monotonic() + 10
+        while not self.screen().strip() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.press(f"clear; {command}; echo $? > {self.status_file}", "Enter")
+
+    def screen(self) -> str:
+        done = subprocess.run(
+            ["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True
+        )
+        return done.stdout
+
+    def press(self, *keys: str) -> None:
+        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+
+    def wait_for(self, text: str, timeout_s: float = 20.0) -> str:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            screen = self.screen()
+            if text in screen:
+                return screen
+            if time.monotonic() > deadline:
+                size = subprocess.run(
+                    ["tmux", "display", "-p", "-t", self.name, "#{window_width}x#{window_height}"],
+                    capture_output=True,
+                    text=True,
+                ).stdout.strip()
+                raise AssertionError(f"{text!r} never appeared; the {size} screen was:\n{screen}")
+            time.sleep(0.1)
+
+    def wait_gone(self, text: str, timeout_s: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while text in self.screen():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} stayed on the screen:\n{self.screen()}")
+            time.sleep(0.1)
+
+    def exit_status(self, timeout_s: float = 10.0) -> int:
+        deadline = time.monotonic() + timeout_s
+        while not self.status_file.exists() or not self.status_file.read_text().strip():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the command did not exit; the screen was:\n{self.screen()}")
+            time.sleep(0.1)
+        return int(self.status_file.read_text())
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+
+
+@pytest.fixture
+def terminal(tmp_path: Path) -> Iterator[type[Terminal]]:
+    opened: list[Terminal] = []
+
+    def open_terminal(command: str, size: tuple[int, int] = (100, 32)) -> Terminal:
+        term = Terminal(tmp_path / f"status-{len(opened)}", size)
+        opened.append(term)  # closed after the test, whatever happens in start()
+        term.start(command)
+        return term
+
+    yield open_terminal  # type: ignore[misc]
+    for term in opened:
+        term.close()

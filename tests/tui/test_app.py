@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import shutil
 import time
 from pathlib import Path
 
@@ -268,24 +269,30 @@ async def test_the_program_output_log_is_shown_as_it_grows(
 
 @pytest.mark.slow
 @drive
-async def test_the_report_key_writes_the_html_report_and_says_where(demo_trace: Path) -> None:
+async def test_the_report_key_writes_the_html_report_beside_the_trace_and_says_where(
+    demo_trace: Path, tmp_path: Path
+) -> None:
+    trace = tmp_path / "run.memdoc"
+    shutil.copyfile(demo_trace, trace)
     opened: list[str] = []
 
     def no_browser(uri: str) -> bool:
         opened.append(uri)
         return False
 
-    app = make_app(TraceFollowSource(demo_trace), rules=fixed_rules, opener=no_browser)
+    app = make_app(TraceFollowSource(trace), rules=fixed_rules, opener=no_browser)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.view is not None)
-        await pilot.press("r")
-        await wait_for(pilot, lambda: bool(opened), timeout_s=60.0)
+        for presses in (1, 2):
+            await pilot.press("r")
+            await wait_for(pilot, lambda: len(opened) == presses, timeout_s=60.0)  # noqa: B023
         await pilot.pause(0.1)
-        report = Path(opened[0].removeprefix("file://"))
-        assert report.is_file() and report.suffix == ".html"
-        assert "<html" in report.read_text(errors="replace").lower()
+        reports = [Path(uri.removeprefix("file://")) for uri in opened]
+        # The second report does not overwrite the first.
+        assert reports == [tmp_path / "run.html", tmp_path / "run-1.html"]
+        assert all("<html" in r.read_text(errors="replace").lower() for r in reports)
         messages = [n.message for n in app._notifications]
-        assert any(f"written to {report}" in m for m in messages)
+        assert any(f"written to {reports[1]}" in m for m in messages)
 
 
 def test_no_browser_is_opened_without_a_display(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -301,3 +308,23 @@ def test_no_browser_is_opened_without_a_display(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr("webbrowser.open", fake_open)
     assert open_in_browser("file:///tmp/report.html") is False
     assert called == []
+
+
+@pytest.mark.parametrize(
+    "size", [pytest.param((60, 20), id="60x20"), pytest.param((80, 24), id="80x24")]
+)
+@drive
+async def test_an_oom_banner_in_a_small_terminal_leaves_no_scrollbar_glyphs(
+    demo_trace: Path, tmp_path: Path, size: tuple[int, int]
+) -> None:
+    # GIVEN run --live's layout (the program's output below) in a small terminal
+    log = tmp_path / "run.log"
+    log.write_text("".join(f"step {i}\n" for i in range(40)))
+    app = make_app(TraceFollowSource(demo_trace), rules=fixed_rules, log_path=log)
+    async with app.run_test(size=size) as pilot:
+        # WHEN the banner shows the OOM and its diagnosis, taking rows from the rest
+        await wait_for(pilot, lambda: app.banner.display and app.findings is not None)
+        await pilot.pause(0.2)
+        # THEN the screen still fits: no scrollbar, whose thumb draws block glyphs at the edge
+        assert app.screen.scrollbars_enabled == (False, False)
+        assert app.banner.region.height >= 3

@@ -3,99 +3,17 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from memdoc.collectors.nvml_gate import NO_DRIVER_REASON, NvmlUnavailable, open_gate
 from tests.conftest import memdoc_cmd, run_memdoc
-
-needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
-
-
-class Terminal:
-    """One tmux session running one command; the screen is read as text."""
-
-    def __init__(self, status_file: Path, size: tuple[int, int]) -> None:
-        self.name = f"memdoc-test-{uuid.uuid4().hex[:8]}"
-        self.status_file = status_file
-        width, height = size
-        subprocess.run(
-            ["tmux", "new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height)],
-            check=True,
-        )
-
-    def start(self, command: str) -> None:
-        # Typed into the shell once its prompt is up: a program started with the pane could
-        # read the pane's size before tmux settles it.
-        deadline = time.monotonic() + 10
-        while not self.screen().strip() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self.press(f"clear; {command}; echo $? > {self.status_file}", "Enter")
-
-    def screen(self) -> str:
-        done = subprocess.run(
-            ["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True
-        )
-        return done.stdout
-
-    def press(self, *keys: str) -> None:
-        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
-
-    def wait_for(self, text: str, timeout_s: float = 20.0) -> str:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            screen = self.screen()
-            if text in screen:
-                return screen
-            if time.monotonic() > deadline:
-                size = subprocess.run(
-                    ["tmux", "display", "-p", "-t", self.name, "#{window_width}x#{window_height}"],
-                    capture_output=True,
-                    text=True,
-                ).stdout.strip()
-                raise AssertionError(f"{text!r} never appeared; the {size} screen was:\n{screen}")
-            time.sleep(0.1)
-
-    def wait_gone(self, text: str, timeout_s: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while text in self.screen():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{text!r} stayed on the screen:\n{self.screen()}")
-            time.sleep(0.1)
-
-    def exit_status(self, timeout_s: float = 10.0) -> int:
-        deadline = time.monotonic() + timeout_s
-        while not self.status_file.exists() or not self.status_file.read_text().strip():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the command did not exit; the screen was:\n{self.screen()}")
-            time.sleep(0.1)
-        return int(self.status_file.read_text())
-
-    def close(self) -> None:
-        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
-
-
-@pytest.fixture
-def terminal(tmp_path: Path) -> Iterator[type[Terminal]]:
-    opened: list[Terminal] = []
-
-    def open_terminal(command: str, size: tuple[int, int] = (100, 32)) -> Terminal:
-        term = Terminal(tmp_path / f"status-{len(opened)}", size)
-        opened.append(term)  # closed after the test, whatever happens in start()
-        term.start(command)
-        return term
-
-    yield open_terminal  # type: ignore[misc]
-    for term in opened:
-        term.close()
+from tests.tui.conftest import needs_tmux
 
 
 def _memdoc(*args: str) -> str:
@@ -232,3 +150,50 @@ def test_a_file_that_is_neither_a_trace_nor_importable_is_refused(tmp_path: Path
     assert done.returncode != 0
     assert "Traceback" not in done.stderr.decode()
     assert done.stderr.decode().count("\n") <= 2
+
+
+@needs_tmux
+def test_live_waits_for_a_trace_not_written_yet_and_follows_it_once_it_appears(
+    tmp_path: Path, terminal
+) -> None:  # type: ignore[no-untyped-def]
+    trace = tmp_path / "run.memdoc"
+    term = terminal(_memdoc("live", str(trace)))
+    screen = term.wait_for("(ctrl+c to stop)").replace("\n", "")
+    assert f"memdoc: waiting for {trace} to appear" in screen
+    writer = subprocess.Popen(
+        [sys.executable, "-m", "memdoc.tui.demo", str(trace), "--live", "--seconds", "60"]
+    )
+    try:
+        term.wait_for("● live")
+        term.wait_for("memdoc live  run.memdoc")
+        term.press("q")
+        assert term.exit_status() == 0
+    finally:
+        writer.terminate()
+        writer.wait(timeout=10)
+
+
+@needs_tmux
+def test_ctrl_c_while_waiting_for_a_trace_exits_130_without_a_traceback(
+    tmp_path: Path, terminal
+) -> None:  # type: ignore[no-untyped-def]
+    term = terminal(_memdoc("live", str(tmp_path / "later.memdoc")))
+    term.wait_for("waiting for")
+    term.press("C-c")
+    assert term.exit_status() == 130
+    assert "Traceback" not in term.screen()
+
+
+def test_live_refuses_to_wait_in_a_folder_that_does_not_exist(tmp_path: Path) -> None:
+    done = run_memdoc("live", "no/such/run.memdoc", cwd=tmp_path, timeout=60)
+    assert done.returncode == 2
+    assert "no/such/run.memdoc: no such file" in done.stderr.decode()
+
+
+@needs_tmux
+def test_ctrl_c_closes_the_dashboard_with_status_130(demo_trace: Path, terminal) -> None:  # type: ignore[no-untyped-def]
+    term = terminal(_memdoc("live", str(demo_trace)))
+    term.wait_for("▶ replay")
+    term.press("C-c")
+    assert term.exit_status() == 130
+    assert "Press ctrl+q" not in term.screen()

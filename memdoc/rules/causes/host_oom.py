@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
@@ -87,6 +87,14 @@ LIMIT_FIX = Fix(
     ),
     "bash",
 )
+# The same, on a machine whose memory cgroup is v1 (memory.max does not exist there).
+LIMIT_FIX_V1 = replace(
+    LIMIT_FIX,
+    code=LIMIT_FIX.code.replace(
+        "cat /sys/fs/cgroup/memory.max     # the container's limit (cgroup v2)",
+        "cat /sys/fs/cgroup/memory/memory.limit_in_bytes   # the container's limit (cgroup v1)",
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -120,7 +128,8 @@ class _Signs:
     shm: bool = False
     loading: bool = False
 
-    def fixes(self, involved: list[str]) -> tuple[Fix, ...]:
+    def fixes(self, involved: list[str], cgroup_version: int | None) -> tuple[Fix, ...]:
+        limit_fix = LIMIT_FIX_V1 if cgroup_version == 1 else LIMIT_FIX
         return tuple(
             fix
             for fix, wanted in (
@@ -129,7 +138,7 @@ class _Signs:
                 (LOADING_FIX, self.loading),
                 (KILL_FIX, self.killed),
                 (TF_CACHE_FIX, "tensorflow" in involved),
-                (LIMIT_FIX, True),
+                (limit_fix, True),
             )
             if wanted
         )
@@ -269,7 +278,7 @@ shared memory show that the host itself was the limit.
             evidence,
             to_confirm=to_confirm,
             frameworks=involved,
-            fixes=signs.fixes(involved),
+            fixes=signs.fixes(involved, trace.header.cgroup_version),
         )
 
 
