@@ -8,9 +8,15 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memdoc.cli.common import check_output_path, warn
+from memdoc.cli.serve import serving_metrics
 from memdoc.errors import MemdocError
+from memdoc.metrics.identity import job_identity
+
+if TYPE_CHECKING:
+    from memdoc.run.parent import RunOptions
 
 NAME = "run"
 HELP = "run a Python script, module or command and record its memory"
@@ -22,7 +28,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "       memdoc run [options] -m module [args...]\n"
         "       memdoc run [options] -- command [args...]"
     )
-    parser.add_argument("-o", "--output", help="trace file (default: memdoc-<time>-<pid>.memdoc)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        help="trace file (default: memdoc-<time>-<pid>.memdoc); a folder (ending in /, or "
+        "existing) gets one trace per node named by host, node rank and pid",
+    )
     parser.add_argument(
         "--interval",
         type=float,
@@ -46,6 +57,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--record-allocations",
         action="store_true",
         help="record PyTorch allocation history (Python stacks) and save a snapshot at OOM",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus metrics on this port while the program runs (0: any free port)",
+    )
+    parser.add_argument(
+        "--metrics-address",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="address the metrics are served on (default 127.0.0.1; 0.0.0.0 for every interface)",
     )
     parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module, like python -m")
     parser.add_argument(
@@ -76,16 +99,13 @@ def program_command(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from memdoc.run.parent import RunOptions, run_program
+    from memdoc.run.parent import RunOptions
 
     if not args.interval > 0:
         raise MemdocError("--interval must be a positive number of seconds")
     command, display = program_command(args)
-    output = (
-        Path(args.output)
-        if args.output
-        else Path(f"memdoc-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.memdoc")
-    )
+    identity = job_identity(os.environ, command)
+    output = _output_path(args.output, identity.trace_name(os.getpid()))
     check_output_path(output, force=args.force)
     report_path = _report_path(args, output)
     options = RunOptions(
@@ -96,13 +116,36 @@ def run(args: argparse.Namespace) -> int:
         force=args.force,
         nvml=not args.no_nvml,
         record_allocations=args.record_allocations,
+        node_rank=identity.node_rank,
     )
+    with serving_metrics(args, output, identity):
+        return _run(options, report_path, args)
+
+
+def _run(options: RunOptions, report_path: Path | None, args: argparse.Namespace) -> int:
+    from memdoc.run.parent import run_program
+
     if args.live:
         return _run_live(options, report_path, args)
     result = run_program(options)
     _say_how_it_ended(result.signal, quiet=args.quiet)
     _finish(result.trace_path, result.writer_error, report_path, quiet=args.quiet, force=args.force)
     return result.status
+
+
+def _output_path(output: str | None, name_in_folder: str) -> Path:
+    """The trace path: as given, a unique name in a folder (one per node of a job), or a
+    name from the time and pid."""
+    if output is None:
+        return Path(f"memdoc-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.memdoc")
+    if output.endswith(("/", os.sep)) or Path(output).is_dir():
+        folder = Path(output)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)  # every node may create it at once
+        except OSError as exc:
+            raise MemdocError(f"cannot create folder {folder} ({exc.strerror or exc})") from None
+        return folder / name_in_folder
+    return Path(output)
 
 
 def _say_how_it_ended(sig: int | None, *, quiet: bool) -> None:

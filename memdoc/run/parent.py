@@ -10,7 +10,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
@@ -55,6 +55,7 @@ class RunOptions:
     record_allocations: bool = False
     output_log: Path | None = None  # --live: the program's output goes here
     extra_env: dict[str, str] = field(default_factory=dict)
+    node_rank: int | None = None  # this node's place in a job on many nodes
 
 
 @dataclass
@@ -86,9 +87,10 @@ def child_environment(socket_path: str, interval_s: float, base: dict[str, str])
 
 
 def _header(options: RunOptions) -> Header:
-    return header_for_this_process(
+    header = header_for_this_process(
         options.display_command, interval_s=options.interval_s, mode="run"
     )
+    return replace(header, node_rank=options.node_rank)
 
 
 def run_program(options: RunOptions) -> RunResult:

@@ -205,6 +205,9 @@ class Header:
     rank: int | None = None
     world_size: int | None = None
     mode: str = "run"  # run | watch | import
+    # The launcher's node (torchrun --node-rank, SLURM_NODEID) when one recording covers the
+    # ranks of one node of a job on many.
+    node_rank: int | None = None
 
 
 @dataclass(frozen=True)
