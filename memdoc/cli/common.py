@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -32,6 +33,34 @@ def check_output_path(path: str | os.PathLike[str], *, force: bool) -> Path:
         raise MemdocError(f"cannot write {out}: folder {parent} does not exist")
     if not os.access(parent, os.W_OK):
         raise MemdocError(f"cannot write {out}: folder {parent} is not writable")
+    return out
+
+
+# What a folder of traces holds: `memdoc run -o DIR/` writes these names.
+TRACE_SUFFIXES = (".memdoc", ".memdoc.gz")
+
+
+def expand_folders(paths: Sequence[str]) -> list[str]:
+    """Every trace in each folder given (in name order), files as they are.
+
+    Raises:
+        MemdocError: a folder holds no memdoc trace.
+    """
+    out: list[str] = []
+    for given in paths:
+        folder = Path(given)
+        if not folder.is_dir():
+            out.append(given)
+            continue
+        found = sorted(
+            str(p) for p in folder.iterdir() if p.name.endswith(TRACE_SUFFIXES) and p.is_file()
+        )
+        if not found:
+            raise MemdocError(
+                f"{given}: a folder with no memdoc trace in it",
+                hint="memdoc run -o DIR/ writes one trace per node there",
+            )
+        out.extend(found)
     return out
 
 

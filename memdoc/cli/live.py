@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from memdoc.cli.common import expand_folders
 from memdoc.errors import MemdocError
 
 if TYPE_CHECKING:
@@ -24,7 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "traces",
         nargs="+",
         metavar="TRACE",
-        help="a memdoc trace, the traces of several ranks, or files memdoc can import",
+        help="a memdoc trace, the traces of several ranks or nodes (or their folder), "
+        "or files memdoc can import",
     )
     parser.add_argument(
         "--replay", action="store_true", help="replay the trace even while it is still written"
@@ -41,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if not MIN_SPEED <= args.speed <= MAX_SPEED:
         raise MemdocError(f"--speed must be between {MIN_SPEED:g} and {MAX_SPEED:g}")
-    source = open_source([Path(p) for p in args.traces], replay=args.replay, speed=args.speed)
+    paths = [Path(p) for p in expand_folders(args.traces)]
+    source = open_source(paths, replay=args.replay, speed=args.speed)
     require_terminal()
     from memdoc.tui.app import make_app
 

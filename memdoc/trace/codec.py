@@ -46,6 +46,8 @@ def encode_header(header: Header) -> str:
     data = asdict(header)
     data["command"] = list(header.command)
     data["env"] = dict(header.env)
+    if header.node_rank is None:
+        del data["node_rank"]  # a one-node recording's header is as it always was
     return dumps({"type": T_HEADER, "format": FORMAT_NAME, **data})
 
 
