@@ -117,3 +117,21 @@ def test_step_rate_is_over_the_last_minute(
     times: list[float], now: float, rate: float | None
 ) -> None:
     assert step_rate_per_s(_trace_with_steps(times), now) == rate
+
+
+def test_the_exporter_forgets_old_values_but_keeps_each_series_last_one() -> None:
+    from memdoc.metrics.sources import forget_before
+    from memdoc.trace.model import Metric, SeriesKey
+
+    trace = Trace(Header(version=SCHEMA_VERSION, created_unix=0.0, memdoc_version="t"))
+    rss, gone = SeriesKey(Metric.HOST_RSS), SeriesKey(Metric.HOST_RSS, pid=7)
+    for t in range(1000):
+        trace.add_values(float(t), [(rss, float(t))])
+    trace.add_values(5.0, [(gone, 42.0)])
+
+    forget_before(trace, 400.0)
+
+    kept = trace.series(Metric.HOST_RSS)
+    assert kept is not None and list(kept.times) == [float(t) for t in range(400, 1000)]
+    old = trace.series(Metric.HOST_RSS, pid=7)
+    assert old is not None and list(old.values) == [42.0]
