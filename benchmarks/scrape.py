@@ -37,7 +37,7 @@ TORCH = ("allocated", "reserved", "allocated_peak", "reserved_peak", "active", "
 TITLE = f"scrape, {DEVICES} devices, {PROCESSES} processes"
 
 
-class _Job:
+class SyntheticNode:
     """A synthetic `memdoc run` of an 8-GPU node: the parent's rows and every rank's counters."""
 
     def __init__(self, path: Path, seed: int) -> None:
@@ -95,7 +95,7 @@ def scrape_group(ctx: Context) -> list[Figure]:
     history_s = ctx.pick(60.0, 300.0)
     scrapes = ctx.pick(3, 8)
     path = ctx.workdir / "scrape.memdoc"
-    job = _Job(path, ctx.seed)
+    job = SyntheticNode(path, ctx.seed)
     ctx.log(f"writing {history_s:g} s of an {DEVICES}-GPU, {PROCESSES}-process run")
     job.write(history_s)
     source = TraceFileSource(path)
