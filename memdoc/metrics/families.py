@@ -186,8 +186,14 @@ def _progress_families(job: list[str], snap: MetricsSnapshot) -> Iterator[Metric
         "The most confident diagnosis right now (rule slug, code, confidence word)",
         labels=JOB_LABELS,
     )
+    confidence = GaugeMetricFamily(
+        "memdoc_top_finding_confidence",
+        "How sure the top diagnosis is, 0 to 1 (for alerts: >= 0.7 is 'strong')",
+        labels=(*JOB_LABELS, "rule", "code"),
+    )
     if snap.top_finding is not None:
         found = snap.top_finding
+        confidence.add_metric([*job, found.rule, found.code], found.confidence)
         top.add_metric(
             job,
             {
@@ -198,6 +204,7 @@ def _progress_families(job: list[str], snap: MetricsSnapshot) -> Iterator[Metric
             },
         )
     yield top
+    yield confidence
 
 
 def _gauge(name: str, documentation: str, job: list[str], value: float | None) -> Iterator[Metric]:

@@ -61,6 +61,8 @@ def test_the_top_finding_and_oom_count_are_the_diagnosis_of_the_trace(
     assert len(top) == 1
     assert top[0].labels["rule"] == best.rule and top[0].labels["code"] == best.code
     assert top[0].labels["confidence"] == confidence_word(best.confidence)
+    sure = [s for s in samples if s.name == "memdoc_top_finding_confidence"]
+    assert [(s.labels["rule"], s.value) for s in sure] == [(best.rule, best.confidence)]
     ooms = next(s for s in samples if s.name == "memdoc_ooms_total")
     assert ooms.value == len(trace.oom_events())
 
