@@ -54,7 +54,7 @@ def serve(collector: Collector, port: int, address: str = DEFAULT_ADDRESS) -> Me
     except OSError as exc:
         raise MemdocError(
             f"cannot serve metrics on {address}:{port} ({exc.strerror or exc})",
-            hint="choose another port with --metrics-port, or 0 for any free one",
+            hint="choose another port (0 takes any free one), or an address this machine has",
         ) from None
     thread.name = "memdoc-metrics"
     return MetricsServer(address, int(server.server_port), server, thread)
