@@ -168,3 +168,12 @@ def test_a_port_out_of_range_is_one_clear_line(tmp_path: Path) -> None:
     assert done.stderr.decode().splitlines()[0] == (
         "memdoc: error: metrics port 70000 is not a port (0 to 65535)"
     )
+
+
+def test_an_address_this_machine_does_not_have_is_one_clear_line() -> None:
+    done = run_memdoc("run", "--metrics-port", "0", "--metrics-address", "192.0.2.1", "--", "true")
+
+    assert done.returncode == 2
+    lines = done.stderr.decode().splitlines()
+    assert lines[0].startswith("memdoc: error: cannot serve metrics on 192.0.2.1:0 (")
+    assert lines[1].startswith("memdoc: hint: ")
