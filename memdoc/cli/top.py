@@ -96,9 +96,9 @@ def _serve(source: SystemSource, args: argparse.Namespace) -> int:
     served.poll()  # the first sample, so that the first scrape has values
     state = SharedTraceSource(lambda: source.trace, served.lock)
     collector = MemdocCollector(state, job_identity(os.environ))
-    terminal = sys.stdin.isatty() and sys.stdout.isatty()
-    with exporting(collector, args.serve, args.serve_address, quiet=terminal):
-        if terminal:
+    # Said before the dashboard takes the screen: it stays in the terminal's scrollback.
+    with exporting(collector, args.serve, args.serve_address, quiet=False):
+        if sys.stdin.isatty() and sys.stdout.isatty():
             return _dashboard(served)
         return _sample_until_stopped(served, args.interval)
 
