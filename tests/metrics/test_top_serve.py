@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import socket
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +95,25 @@ def test_a_scrape_waits_for_a_sample_being_added_and_never_sees_half_of_it(
     lock.release()
     scraper.join(5)
     assert result and result[0] is not None
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+def test_in_a_terminal_the_dashboard_runs_and_the_metrics_are_served_beside_it(
+    tmp_path: Path,
+) -> None:
+    from tests.tui.test_terminal import Terminal
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    term = Terminal(tmp_path / "status", (100, 32))
+    try:
+        command = [sys.executable, "-m", "memdoc", "top", "--interval", "0.5", "--serve", str(port)]
+        term.start(" ".join(command))
+        term.wait_for("memdoc top")
+        samples = scrape(f"http://127.0.0.1:{port}/metrics")
+        assert only(samples, "memdoc_host_available_bytes").value > 0
+        term.press("q")
+        assert term.exit_status() == 0
+    finally:
+        term.close()
