@@ -98,7 +98,16 @@ log rarely come from the rank that caused it.
 """
     fixes = (
         Fix(
-            "any", "Diagnose the rank that failed first", "memdoc diagnose run.rank3.memdoc", "bash"
+            "any",
+            "Read every node's trace as one run, and watch the node that failed first",
+            snippet(
+                """
+            memdoc run -o runs/exp42/ -- torchrun ...   # on each node: one trace per node
+            memdoc diagnose runs/exp42/                 # which rank, on which node, first
+            memdoc live runs/exp42/                     # replay the node that failed first
+            """
+            ),
+            "bash",
         ),
         Fix(
             "pytorch",
