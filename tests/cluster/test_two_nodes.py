@@ -116,6 +116,10 @@ def test_diagnose_in_the_terminal_reads_the_folder(two_nodes: TwoNodeRun) -> Non
     text = done.stdout.decode()
     assert "Rank 3 (node 1" in text
     assert "1. One rank failed first" in text
+    ranks = text[text.index("\nRanks") :]
+    node1 = next(line for line in ranks.splitlines() if line.lstrip().startswith("node 1"))
+    assert "failed first" in node1
+    assert any(line.lstrip().startswith("node 0") for line in ranks.splitlines())
 
 
 def test_report_of_the_folder_is_written_inside_it(two_nodes: TwoNodeRun) -> None:
