@@ -110,7 +110,7 @@ def test_in_a_terminal_the_dashboard_runs_and_the_metrics_are_served_beside_it(
     try:
         command = [sys.executable, "-m", "memdoc", "top", "--interval", "0.5", "--serve", str(port)]
         term.start(" ".join(command))
-        term.wait_for("memdoc top")
+        term.wait_for("available")  # the dashboard is up (the typed command says "memdoc top")
         samples = scrape(f"http://127.0.0.1:{port}/metrics")
         assert only(samples, "memdoc_host_available_bytes").value > 0
         term.press("q")
