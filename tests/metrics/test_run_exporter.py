@@ -24,7 +24,8 @@ JOB = {"host": socket.gethostname(), "job": "4242"}
 
 @dataclass
 class Scraped:
-    unix_t: float
+    before_t: float  # unix time when the scrape was sent
+    after_t: float  # and when its answer was read
     samples: list[Sample]
 
 
@@ -55,7 +56,9 @@ def served_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedRun]:
         scrapes = []
         for _ in range(3):
             time.sleep(1.5)
-            scrapes.append(Scraped(time.time(), scrape(url)))
+            before = time.time()
+            samples = scrape(url)
+            scrapes.append(Scraped(before, time.time(), samples))
         request = urllib.request.Request(url, data=b"x", method="POST")
         try:
             urllib.request.urlopen(request, timeout=5)
@@ -85,10 +88,11 @@ def test_host_rss_is_a_value_the_trace_recorded_just_before_the_scrape(
     assert rss is not None
     for scraped in served_run.scrapes:
         value = only(scraped.samples, "memdoc_host_rss_bytes", **JOB).value
-        t = scraped.unix_t - trace.header.created_unix
+        start = scraped.before_t - trace.header.created_unix
+        end = scraped.after_t - trace.header.created_unix
         # The writer flushes at least once a second: the scrape shows a sample of the last
-        # two seconds before it, exactly as recorded.
-        _, recent = rss.window(t - 2.5, t)
+        # seconds before it, exactly as recorded.
+        _, recent = rss.window(start - 3.0, end)
         assert value in recent, (value, list(recent))
 
 
@@ -98,10 +102,12 @@ def test_step_count_is_the_traces_count_at_the_scrape(served_run: ServedRun) -> 
     counts = []
     for scraped in served_run.scrapes:
         steps = only(scraped.samples, "memdoc_steps_total", **JOB).value
-        t = scraped.unix_t - trace.header.created_unix
-        assert sum(st <= t - 2.5 for st in step_times) <= steps <= sum(st <= t for st in step_times)
+        start = scraped.before_t - trace.header.created_unix
+        end = scraped.after_t - trace.header.created_unix
+        assert sum(st <= start - 3.0 for st in step_times) <= steps
+        assert steps <= sum(st <= end for st in step_times)
         rate = only(scraped.samples, "memdoc_step_rate_per_second", **JOB).value
-        assert 5 < rate < 21  # one step every 50 ms, plus the program's own work
+        assert 1 < rate < 21  # one step every 50 ms at most, slower on a busy machine
         counts.append(steps)
     assert counts == sorted(counts) and counts[-1] > counts[0]
 
