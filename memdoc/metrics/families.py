@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Protocol
 
 from prometheus_client.core import (
@@ -212,14 +212,3 @@ def _gauge(name: str, documentation: str, job: list[str], value: float | None) -
     if value is not None:
         family.add_metric(job, float(value))
     yield family
-
-
-# A snapshot provider as a plain function also satisfies the protocol through this adapter.
-class FunctionSource:
-    """A `SnapshotSource` from a function (tests, benchmarks)."""
-
-    def __init__(self, function: Callable[[], MetricsSnapshot | None]) -> None:
-        self._function = function
-
-    def snapshot(self) -> MetricsSnapshot | None:
-        return self._function()
