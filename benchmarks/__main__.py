@@ -18,6 +18,7 @@ from benchmarks.dashboard import dashboard_group
 from benchmarks.harness import BENCHMARKS_DIR, Context, Figure, Group, unavailable
 from benchmarks.overhead import overhead_group
 from benchmarks.parent_rss import parent_rss_group
+from benchmarks.scrape import scrape_group
 from benchmarks.tick import tick_group
 from benchmarks.trace_io import trace_group
 
@@ -27,6 +28,7 @@ GROUPS: dict[str, Group] = {
     "trace": trace_group,
     "analysis": analysis_group,
     "dashboard": dashboard_group,
+    "scrape": scrape_group,
     "overhead": overhead_group,
     "parent-rss": parent_rss_group,
 }

@@ -6,7 +6,7 @@ import argparse
 import os
 import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Protocol
 
@@ -80,6 +80,34 @@ def print_unpadded(render: Callable[[Console], None]) -> None:
     with console.capture() as captured:
         render(console)
     sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+
+
+# What a folder of traces holds: `memdoc run -o DIR/` writes these names.
+TRACE_SUFFIXES = (".memdoc", ".memdoc.gz")
+
+
+def expand_folders(paths: Sequence[str]) -> list[str]:
+    """Every trace in each folder given (in name order), files as they are.
+
+    Raises:
+        MemdocError: a folder holds no memdoc trace.
+    """
+    out: list[str] = []
+    for given in paths:
+        folder = Path(given)
+        if not folder.is_dir():
+            out.append(given)
+            continue
+        found = sorted(
+            str(p) for p in folder.iterdir() if p.name.endswith(TRACE_SUFFIXES) and p.is_file()
+        )
+        if not found:
+            raise MemdocError(
+                f"{given}: a folder with no memdoc trace in it",
+                hint="memdoc run -o DIR/ writes one trace per node there",
+            )
+        out.extend(found)
+    return out
 
 
 def warn(message: str) -> None:

@@ -7,7 +7,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from memdoc.cli.common import FINDINGS_EXIT_HELP, findings_exit_code, internal_error
+from memdoc.cli.common import (
+    FINDINGS_EXIT_HELP,
+    expand_folders,
+    findings_exit_code,
+    internal_error,
+)
 from memdoc.errors import MemdocError
 from memdoc.trace.reader import Run, Trace
 
@@ -17,7 +22,12 @@ HELP = "say why a run ran out of memory and what to change (terminal; --json for
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = FINDINGS_EXIT_HELP
-    parser.add_argument("traces", nargs="+", metavar="TRACE", help="trace files (one per rank)")
+    parser.add_argument(
+        "traces",
+        nargs="+",
+        metavar="TRACE",
+        help="trace files (one per rank or node), or a folder of them (memdoc run -o DIR/)",
+    )
     parser.add_argument(
         "--json",
         action="store_true",
@@ -42,14 +52,15 @@ def _run(args: argparse.Namespace) -> int:
     from memdoc.report.terminal import render_terminal
     from memdoc.rules.engine import diagnose_run, to_json
 
-    loaded = load_inputs(args.traces)
+    paths = expand_folders(args.traces)
+    loaded = load_inputs(paths)
     findings = diagnose_run(loaded)
     oom = loaded.primary.ending_oom()
     code = findings_exit_code(oom is not None or bool(findings))
     if args.json:
         print(json.dumps({**to_json(oom, findings), "run": run_summary(loaded)}, indent=2))
         return code
-    data = ReportData.from_run(loaded, findings, title=Path(args.traces[0]).name)
+    data = ReportData.from_run(loaded, findings, title=_title(args.traces))
     print_unpadded(lambda console: render_terminal(data, console))
     return code
 
@@ -94,3 +105,8 @@ def _trace_summary(trace: Trace) -> dict[str, Any]:
     if overview.rank is not None:
         out["rank"] = overview.rank
     return out
+
+
+def _title(given: list[str]) -> str:
+    """A folder's name for a run read from a folder, else the first trace's."""
+    return Path(given[0]).name or str(given[0])

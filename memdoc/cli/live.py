@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from memdoc.cli.common import expand_folders
 from memdoc.errors import MemdocError
 
 if TYPE_CHECKING:
@@ -26,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "traces",
         nargs="+",
         metavar="TRACE",
-        help="a memdoc trace, the traces of several ranks, or files memdoc can import",
+        help="a memdoc trace, the traces of several ranks or nodes (or their folder), "
+        "or files memdoc can import",
     )
     parser.add_argument(
         "--replay", action="store_true", help="replay the trace even while it is still written"
@@ -43,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if not MIN_SPEED <= args.speed <= MAX_SPEED:
         raise MemdocError(f"--speed must be between {MIN_SPEED:g} and {MAX_SPEED:g}")
-    paths = [Path(p) for p in args.traces]
+    paths = [Path(p) for p in expand_folders(args.traces)]
     if _is_terminal():
         wait_for_traces(paths)  # a run about to start: follow it from its first record
     source = open_source(paths, replay=args.replay, speed=args.speed)

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memdoc.cli.common import check_output_path, warn
+from memdoc.cli.serve import serving_metrics
 from memdoc.errors import MemdocError
+from memdoc.metrics.identity import job_identity
 from memdoc.printable import printable
 
 if TYPE_CHECKING:
@@ -28,7 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "       memdoc run [options] -m module [args...]\n"
         "       memdoc run [options] -- command [args...]"
     )
-    parser.add_argument("-o", "--output", help="trace file (default: memdoc-<time>-<pid>.memdoc)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        help="trace file (default: memdoc-<time>-<pid>.memdoc); a folder (ending in /, or "
+        "existing) gets one trace per node named by host, node rank and pid",
+    )
     parser.add_argument(
         "--interval",
         type=float,
@@ -65,6 +72,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="record PyTorch allocation history (Python stacks) and save a snapshot at OOM",
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus metrics on this port while the program runs (0: any free port)",
+    )
+    parser.add_argument(
+        "--metrics-address",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="address the metrics are served on (default 127.0.0.1; 0.0.0.0 for every interface)",
+    )
     parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module, like python -m")
     parser.add_argument(
         "program", nargs=argparse.REMAINDER, help="script.py [args...], or -- command"
@@ -100,7 +119,7 @@ def program_command(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from memdoc.run.parent import RunOptions, run_program
+    from memdoc.run.parent import RunOptions
 
     if not args.interval > 0:
         raise MemdocError("--interval must be a positive number of seconds")
@@ -109,11 +128,8 @@ def run(args: argparse.Namespace) -> int:
         from memdoc.cli.live import require_terminal
 
         require_terminal()  # before the program starts: it would run with no one to see it
-    output = (
-        Path(args.output)
-        if args.output
-        else Path(f"memdoc-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.memdoc")
-    )
+    identity = job_identity(os.environ, command)
+    output = _output_path(args.output, identity.trace_name(os.getpid()))
     check_output_path(output, force=args.force)
     if args.live:  # the program's output goes to a log beside the trace: the same rule
         check_output_path(output.with_suffix(".log"), force=args.force)
@@ -126,12 +142,35 @@ def run(args: argparse.Namespace) -> int:
         force=args.force,
         nvml=not args.no_nvml,
         record_allocations=args.record_allocations,
+        node_rank=identity.node_rank,
     )
+    with serving_metrics(args, output, identity):
+        return _run(options, report_path, args)
+
+
+def _run(options: RunOptions, report_path: Path | None, args: argparse.Namespace) -> int:
+    from memdoc.run.parent import run_program
+
     if args.live:
         return _run_live(options, report_path, args)
     result = run_program(options)
     _finish(result.trace_path, result.writer_error, report_path, args)
     return result.status
+
+
+def _output_path(output: str | None, name_in_folder: str) -> Path:
+    """The trace path: as given, a unique name in a folder (one per node of a job), or a
+    name from the time and pid."""
+    if output is None:
+        return Path(f"memdoc-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.memdoc")
+    if output.endswith(("/", os.sep)) or Path(output).is_dir():
+        folder = Path(output)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)  # every node may create it at once
+        except OSError as exc:
+            raise MemdocError(f"cannot create folder {folder} ({exc.strerror or exc})") from None
+        return folder / name_in_folder
+    return Path(output)
 
 
 def _report_path(args: argparse.Namespace, output: Path) -> Path | None:

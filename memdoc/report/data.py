@@ -145,7 +145,7 @@ def rank_rows(run: Run) -> list[RankRow]:
         offset = trace.header.created_unix - start
         rows.append(
             RankRow(
-                label=f"rank {trace.rank}" if trace.rank is not None else f"trace {i + 1}",
+                label=_label(trace, i),
                 rank=trace.rank,
                 host=trace.header.host,
                 trace_path=str(trace.path) if trace.path is not None else None,
@@ -158,6 +158,15 @@ def rank_rows(run: Run) -> list[RankRow]:
             )
         )
     return rows
+
+
+def _label(trace: Trace, index: int) -> str:
+    """A rank's own trace by its rank, a node's (all its ranks) by its node rank."""
+    if trace.rank is not None:
+        return f"rank {trace.rank}"
+    if trace.header.node_rank is not None:
+        return f"node {trace.header.node_rank}"
+    return f"trace {index + 1}"
 
 
 def _rank_line(trace: Trace, device: int | None, offset_s: float) -> Line | None:

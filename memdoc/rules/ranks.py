@@ -15,7 +15,7 @@ from memdoc.rules.spec import (
     seconds_evidence,
     snippet,
 )
-from memdoc.trace.model import Metric, framework_metric
+from memdoc.trace.model import EventKind, Metric, framework_metric
 from memdoc.trace.reader import Run, Trace
 from memdoc.units import GiB, format_bytes, format_duration
 
@@ -24,8 +24,43 @@ SKEW_MIN_BYTES = 1 * GiB
 
 
 def rank_of(run: Run, trace: Trace) -> int:
-    """The trace's rank, else its position among the run's traces."""
-    return trace.rank if trace.rank is not None else run.traces.index(trace)
+    """The trace's rank; for a trace of a whole node (`memdoc run -- torchrun`), the rank of
+    the process whose memory error ended it; else its position among the run's traces."""
+    if trace.rank is not None:
+        return trace.rank
+    failing = _failing_process_rank(trace)
+    return failing if failing is not None else run.traces.index(trace)
+
+
+def _failing_pid(trace: Trace) -> int | None:
+    """The process whose memory error ended the trace, else the first that exited failing."""
+    event = trace.ending_oom_event()
+    if event is not None and event.pid is not None:
+        return event.pid
+    for exit_event in trace.events(EventKind.PROCESS_EXIT):
+        code, sig = exit_event.data.get("code"), exit_event.data.get("signal")
+        if exit_event.pid is not None and (sig is not None or code not in (0, None)):
+            return exit_event.pid
+    return None
+
+
+def _failing_process_rank(trace: Trace) -> int | None:
+    pid = _failing_pid(trace)
+    found = [p.rank for p in trace.processes() if p.pid == pid and p.rank is not None]
+    return found[0] if found else None
+
+
+def where_failed(trace: Trace) -> str:
+    """Where in the job a trace failed, for people: node, host and process, as known."""
+    parts = []
+    if trace.header.node_rank is not None:
+        parts.append(f"node {trace.header.node_rank}")
+    if trace.header.host:
+        parts.append(f"host {trace.header.host}")
+    pid = _failing_pid(trace)
+    if pid is not None:
+        parts.append(f"pid {pid}")
+    return ", ".join(parts)
 
 
 class _CrossRankRule(RuleSpec):
@@ -62,7 +97,16 @@ log rarely come from the rank that caused it.
 """
     fixes = (
         Fix(
-            "any", "Diagnose the rank that failed first", "memdoc diagnose run.rank3.memdoc", "bash"
+            "any",
+            "Read every node's trace as one run, and watch the node that failed first",
+            snippet(
+                """
+            memdoc run -o runs/exp42/ -- torchrun ...   # on each node: one trace per node
+            memdoc diagnose runs/exp42/                 # which rank, on which node, first
+            memdoc live runs/exp42/                     # replay the node that failed first
+            """
+            ),
+            "bash",
         ),
         Fix(
             "pytorch",
@@ -102,10 +146,20 @@ log rarely come from the rank that caused it.
         ]
         if ahead is not None:
             evidence.append(seconds_evidence("ahead of the next failure", ahead))
-        summary = f"Rank {rank} failed first" + (
-            f", {format_duration(ahead)} before any other rank."
-            if ahead is not None
-            else "; no other rank failed."
+        if first.header.node_rank is not None:
+            evidence.append(
+                count_evidence("node rank of the first failure", first.header.node_rank)
+            )
+        where = where_failed(first)
+        summary = (
+            f"Rank {rank}"
+            + (f" ({where})" if where else "")
+            + " failed first"
+            + (
+                f", {format_duration(ahead)} before any other rank."
+                if ahead is not None
+                else "; no other rank failed."
+            )
         )
         signals = Signals.of(
             LIKELY, others_failed_later=bool(others), ended_in_oom=first.ending_oom() is not None

@@ -10,7 +10,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
@@ -58,6 +58,7 @@ class RunOptions:
     output_log: Path | None = None  # --live: the program's output goes here
     extra_env: dict[str, str] = field(default_factory=dict)
     started: Callable[[int], None] | None = None  # told the program's PID once it runs
+    node_rank: int | None = None  # this node's place in a job on many nodes
 
 
 @dataclass
@@ -89,9 +90,10 @@ def child_environment(socket_path: str, interval_s: float, base: dict[str, str])
 
 
 def _header(options: RunOptions) -> Header:
-    return header_for_this_process(
+    header = header_for_this_process(
         options.display_command, interval_s=options.interval_s, mode="run"
     )
+    return replace(header, node_rank=options.node_rank)
 
 
 def run_program(options: RunOptions) -> RunResult:

@@ -56,6 +56,8 @@ def encode_header(header: Header) -> str:
     data["env"] = dict(header.env)
     if header.cgroup_version is None:
         del data["cgroup_version"]  # added later: headers without it stay as they were
+    if header.node_rank is None:
+        del data["node_rank"]  # a one-node recording's header is as it always was
     return dumps({"type": T_HEADER, "format": FORMAT_NAME, **data})
 
 

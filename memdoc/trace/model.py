@@ -232,6 +232,9 @@ class Header:
     world_size: int | None = None
     mode: str = "run"  # run | watch | import
     cgroup_version: int | None = None  # of the recording process's memory cgroup: 1, 2, none
+    # The launcher's node (torchrun --node-rank, SLURM_NODEID) when one recording covers the
+    # ranks of one node of a job on many.
+    node_rank: int | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""Prometheus / OpenMetrics export of the memory ledger, per device, process and rank."""
