@@ -94,6 +94,7 @@ class watch:
 
     def __enter__(self) -> watch:
         from memdoc.collectors.registry import in_process_collectors
+        from memdoc.forecast.live import ForecastingSink
         from memdoc.session import header_for_this_process
         from memdoc.trace.model import ProcessInfo
         from memdoc.trace.writer import TraceWriter
@@ -104,7 +105,7 @@ class watch:
             ProcessInfo(pid=os.getpid(), t=time.time(), ppid=os.getppid(), command=tuple(sys.argv))
         )
         self.session = Session(
-            self._writer,
+            ForecastingSink(self._writer, start_unix=self._writer.start_unix),
             in_process_collectors(host_tree=True, trace_dir=self.path.resolve().parent),
             interval_s=self.interval,
         )

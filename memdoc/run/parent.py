@@ -16,6 +16,7 @@ from typing import IO
 
 from memdoc import recordings
 from memdoc.collectors.registry import parent_collectors
+from memdoc.forecast.live import ForecastingSink
 from memdoc.run.channel import ENV_INTERVAL, ENV_SOCKET, AgentServer
 from memdoc.run.tee import StreamTee, same_file, should_tee
 from memdoc.session import Session, header_for_this_process
@@ -105,7 +106,8 @@ def run_program(options: RunOptions) -> RunResult:
 def _run_recorded(options: RunOptions, writer: TraceWriter) -> RunResult:
     sock_dir = tempfile.mkdtemp(prefix="memdoc-")
     socket_path = os.path.join(sock_dir, "agent.sock")
-    server = AgentServer(socket_path, writer)  # listening now, accepting once started
+    sink = ForecastingSink(writer, start_unix=writer.start_unix)  # where steps meet samples
+    server = AgentServer(socket_path, sink)  # listening now, accepting once started
     env = child_environment(socket_path, options.interval_s, dict(os.environ))
     env.update(options.extra_env)
     # Snapshots and memory profiles saved at an OOM go beside the trace.
@@ -150,7 +152,7 @@ def _run_recorded(options: RunOptions, writer: TraceWriter) -> RunResult:
             )
         )
         session = Session(
-            writer, parent_collectors(child.pid, nvml=options.nvml), interval_s=options.interval_s
+            sink, parent_collectors(child.pid, nvml=options.nvml), interval_s=options.interval_s
         )
         session.start()
         returncode = _wait_forwarding_signals(child, forward=in_main)
