@@ -38,6 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--multiple-of", type=int, default=1, metavar="K", help="answer a multiple of K"
     )
+    parser.add_argument(
+        "--refine",
+        type=int,
+        default=3,
+        metavar="N",
+        help="probes at the predicted answer, refitting near it (default 3; 0: fit only)",
+    )
     parser.add_argument("--keep", metavar="DIR", help="keep each probe's trace and output here")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("program", nargs=argparse.REMAINDER, help="-- command with {}")
@@ -72,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         margin=args.margin,
         multiple_of=args.multiple_of,
         workdir=workdir,
+        refine=args.refine,
     )
     if args.json:
         print(json.dumps(as_json(result), indent=2))
@@ -105,8 +113,9 @@ def text_lines(result: Headroom) -> list[str]:
         )
         return lines
     predicted = fit.predicted_bytes(size)
+    how = "measured" if result.measured else "extrapolated"
     lines.append(
-        f"  largest size that fits: {size} (about {format_bytes(predicted)}, keeping "
+        f"  largest size that fits: {size} ({how}: about {format_bytes(predicted)}, keeping "
         f"{format_percent(fit.margin)} of the limit free)"
     )
     per_size = fit.per_size_bytes * size
@@ -119,7 +128,7 @@ def text_lines(result: Headroom) -> list[str]:
     else:
         lines.append(
             f"  the fixed term dominates ({format_percent(1 - share)}): weights, gradients, "
-            "optimizer state; a smaller model or optimizer state buys more than the batch"
+            "optimizer state, libraries; shrinking those buys more than the batch does"
         )
     return lines
 
@@ -142,6 +151,7 @@ def as_json(result: Headroom) -> dict[str, Any]:
         "per_size_bytes": fit.per_size_bytes,
         "margin": fit.margin,
         "largest_size": fit.largest_size,
+        "measured": result.measured,
         "dominant": fit.dominant,
         "notes": list(result.notes),
     }

@@ -86,9 +86,17 @@ def run_peak(trace: Trace) -> PeakReading | None:
 
 
 def fit_headroom(
-    points: Sequence[SizePeak], limit_bytes: float, *, margin: float, multiple_of: int = 1
+    points: Sequence[SizePeak],
+    limit_bytes: float,
+    *,
+    margin: float,
+    multiple_of: int = 1,
+    below: int | None = None,
 ) -> HeadroomFit | None:
-    """Least-squares line through the measured sizes; None with fewer than two sizes."""
+    """Least-squares line through the measured sizes; None with fewer than two sizes.
+
+    `below` is a size known not to fit (a probe ran out of memory): the answer stays under it.
+    """
     sizes = sorted({p.size for p in points})
     if len(sizes) < 2:
         return None
@@ -105,9 +113,11 @@ def fit_headroom(
     if fixed >= usable:
         largest = None
     elif slope <= 0:
-        largest = None if fixed >= usable else 2**31
+        largest = None  # memory does not grow with the size: no largest size to name
     else:
         raw = math.floor((usable - fixed) / slope)
+        if below is not None:
+            raw = min(raw, below - 1)
         largest = raw - raw % multiple_of if raw >= multiple_of else None
     return HeadroomFit(
         fixed_bytes=fixed,
@@ -140,3 +150,9 @@ def _limit(trace: Trace, limit: SeriesKey | None, device: int | None) -> float |
     if device is not None:
         return trace.device_total_bytes(device)
     return None
+
+
+def nearest_pair(points: Sequence[SizePeak]) -> list[SizePeak]:
+    """The two largest measured sizes: their secant is the best slope near the limit, where
+    the allocator's behaviour at large requests shows and small sizes no longer matter."""
+    return sorted(points, key=lambda p: p.size)[-2:]

@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from memdoc.errors import InputError, MemdocError
-from memdoc.forecast.headroom import HeadroomFit, PeakReading, SizePeak, fit_headroom, run_peak
+from memdoc.forecast.headroom import (
+    HeadroomFit,
+    PeakReading,
+    SizePeak,
+    fit_headroom,
+    nearest_pair,
+    run_peak,
+)
 from memdoc.run.agent import ENV_STOP_AFTER_STEPS
 from memdoc.trace.reader import load_trace
 
@@ -20,6 +27,8 @@ DEFAULT_SIZES = (8, 16, 32)
 DEFAULT_STEPS = 5
 DEFAULT_MARGIN = 0.05
 PROBE_TIMEOUT_S = 1800.0
+# Probes at the predicted answer, each refitting near it.
+DEFAULT_REFINE = 3
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,7 @@ class Headroom:
     fit: HeadroomFit
     limit_label: str
     notes: tuple[str, ...] = field(default=())
+    measured: bool = False  # the answer was itself run, not only extrapolated
 
     @property
     def largest_size(self) -> int | None:
@@ -114,6 +124,7 @@ def find_headroom(
     margin: float = DEFAULT_MARGIN,
     multiple_of: int = 1,
     workdir: str | os.PathLike[str] | None = None,
+    refine: int = DEFAULT_REFINE,
 ) -> Headroom:
     """Probe each size, fit memory against size, and say the largest size that fits.
 
@@ -144,16 +155,32 @@ def find_headroom(
         )
     readings = [p.reading for p in good if p.reading is not None]
     limit = min(r.limit_bytes for r in readings)
-    fit = fit_headroom(
-        [SizePeak(p.size, p.reading.peak_bytes) for p in good if p.reading is not None],
-        limit,
-        margin=margin,
-        multiple_of=multiple_of,
-    )
+    points = [SizePeak(p.size, p.reading.peak_bytes) for p in good if p.reading is not None]
+    too_big = min((p.size for p in probes if p.oom), default=None)
+    fit = fit_headroom(points, limit, margin=margin, multiple_of=multiple_of, below=too_big)
     if fit is None:
         raise MemdocError("two different sizes are needed for a fit")
+    # Extrapolating far from the probed sizes misses what large requests cost (allocator
+    # thresholds, fragmentation): run the answer itself, and refit near it.
+    for _ in range(refine):
+        candidate = fit.largest_size
+        if candidate is None or candidate in {p.size for p in probes}:
+            break
+        checked = probe(template, candidate, steps=steps, workdir=folder)
+        probes.append(checked)
+        if checked.oom or checked.reading is None:
+            too_big = min(candidate, too_big or candidate)
+        else:
+            points.append(SizePeak(candidate, checked.reading.peak_bytes))
+        fit = (
+            fit_headroom(
+                nearest_pair(points), limit, margin=margin, multiple_of=multiple_of, below=too_big
+            )
+            or fit
+        )
     label = min(readings, key=lambda r: r.limit_bytes).limit_label
-    return Headroom(tuple(probes), fit, label, tuple(notes))
+    measured = fit.largest_size in {p.size for p in probes if not p.oom}
+    return Headroom(tuple(probes), fit, label, tuple(notes), measured)
 
 
 def _last_line(path: Path) -> str:
