@@ -7,7 +7,7 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from memdoc.forecast.fit import LineFit, theil_sen, warmup_points
+from memdoc.forecast.fit import Z_90, LineFit, theil_sen, warmup_points
 from memdoc.forecast.model import (
     NO_GROWTH,
     NO_LIMIT,
@@ -43,7 +43,10 @@ def analyse(series: StepSeries) -> Forecast | NoForecast:
     if fit is None or not _grows(fit, xs, ys):
         return NoForecast(NO_GROWTH, _flat_detail(fit, xs), points=len(xs))
     last_step = int(series.steps[-1])
-    early = _crossing(series.limit_bytes, fit.slope_high, fit.intercept_for(fit.slope_high, xs, ys))
+    # The first peak over the limit comes early when the peaks scatter upwards: the early
+    # end uses the steepest slope of the interval and the limit less the scatter.
+    reach = series.limit_bytes - Z_90 * fit.residual_spread
+    early = _crossing(reach, fit.slope_high, fit.intercept_for(fit.slope_high, xs, ys))
     late = _crossing(series.limit_bytes, fit.slope_low, fit.intercept_for(fit.slope_low, xs, ys))
     central = _crossing(series.limit_bytes, fit.slope, fit.intercept)
     pace = seconds_per_step(series.steps[skip:], series.times_s[skip:])

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.text import Text
 
 from memdoc.errors import MemdocError
+from memdoc.forecast.summary import forecast_line
 from memdoc.report.data import OomView, oom_view
 from memdoc.report.overview import Overview, build_overview
 from memdoc.rules.base import Finding
@@ -50,6 +51,8 @@ def print_end_of_run(
             console.print(line)
     else:
         console.print(Text(quiet_line(overview, paths, report_path)))
+    if (words := forecast_line(run.primary, ended_by_oom=oom is not None)) is not None:
+        console.print(Text(f"  {words}", style="yellow"))
 
 
 def went_wrong(overview: Overview, oom: OomView | None, findings: Sequence[Finding]) -> bool:

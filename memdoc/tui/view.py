@@ -7,6 +7,7 @@ import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from memdoc.forecast.summary import forecast_in_force
 from memdoc.trace import Metric, OomInfo, ProcessInfo, Trace
 from memdoc.trace.ledger import framework_pids, ledger_at
 from memdoc.trace.model import FRAMEWORK_PREFIXES
@@ -103,6 +104,7 @@ class DashboardView:
     oom: OomView | None = None
     warnings: tuple[str, ...] = field(default=())
     recordings: tuple[RecordingRow, ...] | None = None  # None: the source does not look
+    forecast: str | None = None  # the OOM forecast in force at this instant, in words
 
 
 def build_view(
@@ -144,6 +146,7 @@ def build_view(
         oom=_oom(events, now),
         warnings=tuple(trace.warnings),
         recordings=None if live is None else recording_rows(live, wall_now),
+        forecast=forecast_in_force(trace, now),
     )
 
 
