@@ -41,9 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--refine",
         type=int,
-        default=3,
+        default=4,
         metavar="N",
-        help="probes at the predicted answer, refitting near it (default 3; 0: fit only)",
+        help="probes at the predicted answer, refitting near it (default 4; 0: fit only)",
     )
     parser.add_argument("--keep", metavar="DIR", help="keep each probe's trace and output here")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -90,17 +90,17 @@ def run(args: argparse.Namespace) -> int:
 
 def text_lines(result: Headroom) -> list[str]:
     fit = result.fit
-    lines = [f"memdoc headroom: limit {format_bytes(fit.limit_bytes)} ({result.limit_label})"]
+    lines = [f"memdoc headroom: limit {format_bytes(fit.limit_bytes, 2)} ({result.limit_label})"]
     for p in result.probes:
         if p.oom:
             lines.append(f"  size {p.size:>6}: ran out of memory")
         elif p.reading is not None:
             lines.append(
-                f"  size {p.size:>6}: peak {format_bytes(p.reading.peak_bytes)} "
+                f"  size {p.size:>6}: peak {format_bytes(p.reading.peak_bytes, 2)} "
                 f"over {p.steps} steps"
             )
     lines.append(
-        f"  fit: {format_bytes(fit.fixed_bytes)} fixed + {format_bytes(fit.per_size_bytes)} "
+        f"  fit: {format_bytes(fit.fixed_bytes, 2)} fixed + {format_bytes(fit.per_size_bytes)} "
         f"per unit of size (worst point {format_percent(fit.max_relative_error)} off the line)"
     )
     for note in result.notes:
@@ -115,7 +115,7 @@ def text_lines(result: Headroom) -> list[str]:
     predicted = fit.predicted_bytes(size)
     how = "measured" if result.measured else "extrapolated"
     lines.append(
-        f"  largest size that fits: {size} ({how}: about {format_bytes(predicted)}, keeping "
+        f"  largest size that fits: {size} ({how}: about {format_bytes(predicted, 2)}, keeping "
         f"{format_percent(fit.margin)} of the limit free)"
     )
     per_size = fit.per_size_bytes * size

@@ -28,7 +28,7 @@ DEFAULT_STEPS = 5
 DEFAULT_MARGIN = 0.05
 PROBE_TIMEOUT_S = 1800.0
 # Probes at the predicted answer, each refitting near it.
-DEFAULT_REFINE = 3
+DEFAULT_REFINE = 4
 
 
 @dataclass(frozen=True)

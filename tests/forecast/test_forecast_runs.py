@@ -1,0 +1,52 @@
+"""Forecasts for real leaking programs under a memory cap, checked against the real OOM."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memdoc.forecast import Forecast
+from memdoc.trace.model import EventKind
+from tests.forecast.runs import leak_run
+
+pytest.importorskip("torch")
+
+# The forecast made at 30% of the run must name the step that really ran out within 15%.
+SHARE = 0.3
+TOLERANCE = 0.15
+
+
+def test_torch_leak_forecast_at_30_percent_names_the_oom_step(tmp_path: Path) -> None:
+    run = leak_run(tmp_path, "torch_leak.py", "3", "400", "0.04")
+    said = run.forecast_at(SHARE)
+    assert said is not None
+    assert abs(said.oom_step - run.oom_step) <= TOLERANCE * run.oom_step, (said, run.oom_step)
+    assert said.limit_label == "address-space cap (RLIMIT_AS)"
+
+
+def test_torch_leak_run_writes_the_forecast_live_and_the_summary_says_it(tmp_path: Path) -> None:
+    run = leak_run(tmp_path, "torch_leak.py", "3", "400", "0.04")
+    events = [e for e in run.trace.events(EventKind.FORECAST) if e.data["state"] == "likely"]
+    assert events, "no forecast event during the run"
+    first = Forecast.from_data(events[0].data)
+    assert first is not None
+    assert first.step < 0.5 * run.oom_step  # said well before the end
+    assert abs(first.oom_step - run.oom_step) <= TOLERANCE * run.oom_step
+    assert f"forecast at step {first.step:,}:" in run.stderr
+
+
+def test_jax_leak_forecast_at_30_percent_names_the_oom_step(tmp_path: Path) -> None:
+    pytest.importorskip("jax")
+    run = leak_run(tmp_path, "jax_leak.py", "8", "1200", "0.03")
+    said = run.forecast_at(SHARE)
+    assert said is not None
+    assert abs(said.oom_step - run.oom_step) <= TOLERANCE * run.oom_step, (said, run.oom_step)
+
+
+def test_a_run_without_growth_says_no_growth(tmp_path: Path) -> None:
+    from tests.forecast.runs import memdoc_run
+
+    done = memdoc_run(tmp_path, "torch_batch.py", "32", "320", "40")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "OOM forecast: no growth over" in done.stderr
