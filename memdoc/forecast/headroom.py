@@ -115,7 +115,7 @@ def fit_headroom(
     elif slope <= 0:
         largest = None  # memory does not grow with the size: no largest size to name
     else:
-        raw = math.floor((usable - fixed) / slope)
+        raw = math.floor((usable - fixed) / slope + 1e-9)  # 199.99999… is 200
         if below is not None:
             raw = min(raw, below - 1)
         largest = raw - raw % multiple_of if raw >= multiple_of else None
