@@ -4,7 +4,7 @@ the run's steps forecast for a longer one."""
 from __future__ import annotations
 
 from memdoc.forecast.budget import trace_step_series
-from memdoc.forecast.model import TOO_FEW_STEPS, Forecast, NoForecast
+from memdoc.forecast.model import Forecast
 from memdoc.forecast.predict import analyse, earliest
 from memdoc.forecast.words import forecast_words
 from memdoc.trace.model import EventKind
@@ -33,7 +33,7 @@ def forecast_in_force(trace: Trace, t: float) -> str | None:
 
 def forecast_line(trace: Trace, *, ended_by_oom: bool) -> str | None:
     """After an OOM: when memdoc first forecast it, if it did. After a run that ended
-    otherwise: the forecast from its steps, or "no growth"; None without enough steps."""
+    otherwise: where its growth leads; None when it did not grow or had too few steps."""
     if ended_by_oom:
         first = first_forecast(trace)
         if first is None:
@@ -43,8 +43,5 @@ def forecast_line(trace: Trace, *, ended_by_oom: bool) -> str | None:
             "OOM forecast: "
         )
     result = earliest([analyse(series) for series in trace_step_series(trace)])
-    if result is None or (isinstance(result, NoForecast) and result.reason == TOO_FEW_STEPS):
-        return None
-    if isinstance(result, NoForecast) and result.reason != "no-growth":
-        return None
-    return forecast_words(result)
+    # "No growth" is the quiet case: a clean run's summary stays one line.
+    return forecast_words(result) if isinstance(result, Forecast) else None

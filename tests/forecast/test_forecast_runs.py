@@ -6,9 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from memdoc.forecast import Forecast
+from memdoc.forecast import Forecast, NoForecast, assess
+from memdoc.forecast.model import NO_GROWTH
+from memdoc.forecast.words import forecast_words
+from memdoc.trace import load_trace
 from memdoc.trace.model import EventKind
-from tests.forecast.runs import leak_run
+from tests.forecast.runs import leak_run, memdoc_run
 
 pytest.importorskip("torch")
 
@@ -44,9 +47,12 @@ def test_jax_leak_forecast_at_30_percent_names_the_oom_step(tmp_path: Path) -> N
     assert abs(said.oom_step - run.oom_step) <= TOLERANCE * run.oom_step, (said, run.oom_step)
 
 
-def test_a_run_without_growth_says_no_growth(tmp_path: Path) -> None:
-    from tests.forecast.runs import memdoc_run
-
+def test_a_run_without_growth_says_no_growth_and_its_summary_stays_quiet(tmp_path: Path) -> None:
     done = memdoc_run(tmp_path, "torch_batch.py", "32", "320", "40")
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "OOM forecast: no growth over" in done.stderr
+    assert "forecast" not in done.stderr
+    trace = load_trace(tmp_path / "torch_batch.memdoc")
+    assert trace.events(EventKind.FORECAST) == []
+    said = assess(trace)
+    assert isinstance(said, NoForecast) and said.reason == NO_GROWTH
+    assert forecast_words(said).startswith("OOM forecast: no growth over")
