@@ -11,7 +11,7 @@ from memdoc.forecast.model import NO_GROWTH
 from memdoc.forecast.words import forecast_words
 from memdoc.trace import load_trace
 from memdoc.trace.model import EventKind
-from tests.forecast.runs import leak_run, memdoc_run
+from tests.forecast.runs import leak_run, memdoc_run, plain_run
 
 pytest.importorskip("torch")
 
@@ -56,3 +56,16 @@ def test_a_run_without_growth_says_no_growth_and_its_summary_stays_quiet(tmp_pat
     said = assess(trace)
     assert isinstance(said, NoForecast) and said.reason == NO_GROWTH
     assert forecast_words(said).startswith("OOM forecast: no growth over")
+
+
+def test_a_watch_session_writes_the_forecast_before_the_oom(tmp_path: Path) -> None:
+    trace_path = tmp_path / "watch.memdoc"
+    done = plain_run("watch_leak.py", str(trace_path), "200")
+    assert "MemoryError" in done.stderr, done.stderr[-2000:]
+    trace = load_trace(trace_path)
+    oom_step = len(trace.steps()) + 1
+    events = [e for e in trace.events(EventKind.FORECAST) if e.data["state"] == "likely"]
+    assert events, "no forecast event during the watch block"
+    first = Forecast.from_data(events[0].data)
+    assert first is not None and first.step < oom_step
+    assert abs(first.oom_step - oom_step) <= TOLERANCE * oom_step

@@ -7,15 +7,18 @@ import ctypes
 import ctypes.util
 import resource
 
+_M_ARENA_MAX = -8
 _M_MMAP_THRESHOLD = -3
 
 
-def fixed_mmap_threshold(threshold_bytes: int = 1 << 20) -> None:
-    """Serve every large block with its own mapping, returned at free (glibc's threshold
-    otherwise moves with the program's history): address space then follows live memory,
-    as a GPU caching allocator's pool follows its tensors, not the order of past frees."""
+def steady_malloc(threshold_bytes: int = 1 << 20) -> None:
+    """Make address space follow live memory, as a GPU caching allocator's pool follows its
+    tensors: every large block gets its own mapping, returned at free (glibc's threshold
+    otherwise moves with the program's history), and all threads share one arena (each new
+    arena otherwise reserves 64 MiB of address space, at the whim of thread timing)."""
     libc = ctypes.CDLL(ctypes.util.find_library("c"))
     libc.mallopt(_M_MMAP_THRESHOLD, threshold_bytes)
+    libc.mallopt(_M_ARENA_MAX, 1)
 
 
 def cap_address_space(budget_bytes: int) -> int:

@@ -10,7 +10,7 @@ import sys
 
 import jax
 import jax.numpy as jnp
-from host_cap import cap_address_space, fixed_mmap_threshold
+from host_cap import cap_address_space, steady_malloc
 
 try:
     from memdoc import step as mark_step
@@ -38,7 +38,7 @@ def train_step(w: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def main() -> None:
-    fixed_mmap_threshold()
+    steady_malloc()
     w = jax.random.normal(jax.random.PRNGKey(0), (WIDTH, WIDTH))
     jnp.ones(4).block_until_ready()
     cap_address_space(BUDGET_MIB << 20)

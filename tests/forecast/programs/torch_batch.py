@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 import torch
-from host_cap import cap_address_space, fixed_mmap_threshold
+from host_cap import cap_address_space, steady_malloc
 from torch import nn
 
 BATCH = int(sys.argv[1])
@@ -19,7 +19,7 @@ SEQ, WIDTH = 128, 64
 
 
 def main() -> None:
-    fixed_mmap_threshold()
+    steady_malloc()
     torch.set_num_threads(1)
     torch.ones(1 << 20).sum()
     cap_address_space(BUDGET_MIB << 20)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 import torch
-from host_cap import cap_address_space, fixed_mmap_threshold
+from host_cap import cap_address_space, steady_malloc
 from torch import nn
 
 BATCH = int(sys.argv[1])
@@ -21,7 +21,7 @@ KEEP_EVERY = int(sys.argv[4]) if len(sys.argv) > 4 else 0
 
 
 def main() -> None:
-    fixed_mmap_threshold()
+    steady_malloc()
     torch.set_num_threads(1)
     torch.ones(1 << 20).sum()
     cap_address_space(BUDGET_MIB << 20)
