@@ -11,7 +11,7 @@ from dataclasses import dataclass
 # Two-sided normal quantile for the 90% interval of Sen's slope.
 Z_90 = 1.6449
 # At most this many points enter a fit: Theil–Sen costs n²/2 pairwise slopes.
-MAX_FIT_POINTS = 120
+MAX_FIT_POINTS = 80
 # The warm-up is looked for in this leading share of the points, and never beyond
 # MAX_WARMUP_POINTS of them.
 WARMUP_SHARE = 0.3

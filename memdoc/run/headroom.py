@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -66,7 +67,8 @@ def command_for(template: Sequence[str], size: int) -> list[str]:
 
 def check_template(template: Sequence[str], sizes: Sequence[int]) -> None:
     """Raises:
-    InputError: no command, no `{}` in it, or fewer than two distinct positive sizes."""
+    InputError: no command, no `{}` in it, a command that does not exist, or fewer than
+    two distinct positive sizes."""
     if not template:
         raise InputError("no command to run", hint="memdoc headroom -- python train.py --batch {}")
     if not any(PLACEHOLDER in arg for arg in template):
@@ -74,6 +76,8 @@ def check_template(template: Sequence[str], sizes: Sequence[int]) -> None:
             "the command has no {} where the batch size goes",
             hint="memdoc headroom -- python train.py --batch-size {}",
         )
+    if shutil.which(template[0]) is None and not Path(template[0]).exists():
+        raise InputError(f"{template[0]}: command not found")
     if len({s for s in sizes if s > 0}) < 2 or any(s <= 0 for s in sizes):
         raise InputError("give at least two different positive sizes, e.g. --sizes 8,16,32")
 

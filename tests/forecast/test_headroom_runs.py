@@ -69,8 +69,19 @@ def test_a_command_without_a_placeholder_gets_one_line() -> None:
     assert "Traceback" not in err
 
 
+def test_a_command_that_does_not_exist_gets_one_line() -> None:
+    code, _, err = headroom("--", "no-such-trainer", "{}")
+    assert code == 2
+    assert err.splitlines()[0] == "memdoc: error: no-such-trainer: command not found"
+
+
 @pytest.mark.parametrize(
-    "sizes", [pytest.param("8", id="one-size"), pytest.param("8,x", id="not-a-number")]
+    "sizes",
+    [
+        pytest.param("8", id="one-size"),
+        pytest.param("8,x", id="not-a-number"),
+        pytest.param("0,8", id="zero"),
+    ],
 )
 def test_bad_sizes_get_one_line(sizes: str) -> None:
     code, _, err = headroom("--sizes", sizes, "--", sys.executable, "train.py", "{}")
