@@ -47,6 +47,15 @@ def test_jax_leak_forecast_at_30_percent_names_the_oom_step(tmp_path: Path) -> N
     assert abs(said.oom_step - run.oom_step) <= TOLERANCE * run.oom_step, (said, run.oom_step)
 
 
+def test_tensorflow_leak_forecast_at_30_percent_names_the_oom_step(tmp_path: Path) -> None:
+    pytest.importorskip("tensorflow")
+    run = leak_run(tmp_path, "tf_leak.py", "2", "400")
+    said = run.forecast_at(SHARE)
+    assert said is not None
+    assert abs(said.oom_step - run.oom_step) <= TOLERANCE * run.oom_step, (said, run.oom_step)
+    assert said.limit_label == "TensorFlow host allocator limit"
+
+
 def test_a_run_without_growth_says_no_growth_and_its_summary_stays_quiet(tmp_path: Path) -> None:
     done = memdoc_run(tmp_path, "torch_batch.py", "32", "320", "40")
     assert done.returncode == 0, done.stderr[-2000:]
