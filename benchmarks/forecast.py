@@ -50,6 +50,11 @@ LEAKS = (
     LeakCase("PyTorch conv net, feature maps kept", "torch_conv.py", ("32", "300", "100000", "1")),
     LeakCase("JAX jit step, 8 MiB kept per step", "jax_leak.py", ("8", "1200", "0.03")),
     LeakCase("JAX jit step, 3 MiB kept per step", "jax_leak.py", ("3", "600", "0.04")),
+    LeakCase(
+        "JAX jit step, 3 MiB kept, one malloc arena",
+        "jax_leak.py",
+        ("3", "600", "0.04", "steady"),
+    ),
     LeakCase("TensorFlow/Keras, BFC allocator limit", "tf_leak.py", ("2", "400")),
 )
 BATCHES = (

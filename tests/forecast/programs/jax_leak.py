@@ -1,7 +1,8 @@
 """A JAX training loop that keeps each step's activations (a leak), under a memory cap.
 
-Usage: jax_leak.py [LEAK_MIB] [BUDGET_MIB] [SLEEP_S]. Steps are marked with memdoc.step()
-when memdoc is present.
+Usage: jax_leak.py [LEAK_MIB] [BUDGET_MIB] [SLEEP_S] [steady]. Steps are marked with
+memdoc.step() when memdoc is present. With `steady`, malloc is made to follow live memory
+(see host_cap.steady_malloc); without it, glibc's defaults apply.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import time
 
 import jax
 import jax.numpy as jnp
-from host_cap import cap_address_space
+from host_cap import cap_address_space, steady_malloc
 
 try:
     from memdoc import step as mark_step
@@ -24,6 +25,7 @@ except ImportError:  # runs without memdoc too
 LEAK_MIB = float(sys.argv[1]) if len(sys.argv) > 1 else 3.0
 BUDGET_MIB = int(sys.argv[2]) if len(sys.argv) > 2 else 600
 SLEEP_S = float(sys.argv[3]) if len(sys.argv) > 3 else 0.04
+STEADY = len(sys.argv) > 4 and sys.argv[4] == "steady"
 
 
 @jax.jit
@@ -36,6 +38,8 @@ def train_step(w: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def main() -> None:
+    if STEADY:
+        steady_malloc()
     key = jax.random.PRNGKey(0)
     w = jax.random.normal(key, (256, 256))
     x = jax.random.normal(key, (64, 256))
