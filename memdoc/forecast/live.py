@@ -49,6 +49,7 @@ class ForecastingSink:
         self._samples: dict[SeriesKey, collections.deque[tuple[float, float]]] = {}
         self._budgets: dict[SeriesKey, Budget] = {}
         self._peak_of: dict[SeriesKey, SeriesKey] = {}
+        self._ignored: set[SeriesKey] = set()
         self._limits: dict[SeriesKey, float] = {}
         self._totals: dict[int, int] = {}
         self._points: dict[SeriesKey, collections.deque[tuple[int, float, float]]] = {}
@@ -106,6 +107,8 @@ class ForecastingSink:
         if key in self._budgets or key in self._peak_of:
             self._samples[key].append((unix_t, float(value)))
             return
+        if key in self._ignored:
+            return
         if is_limit(key):
             if value > 0:
                 self._limits[key] = float(value)
@@ -117,6 +120,7 @@ class ForecastingSink:
         elif base is not None:
             self._peak_of[key] = base
         else:
+            self._ignored.add(key)  # neither measured nor a limit: never looked at again
             return
         self._samples[key] = collections.deque([(unix_t, float(value))], maxlen=MAX_SAMPLES)
 
