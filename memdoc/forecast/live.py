@@ -23,9 +23,9 @@ from memdoc.trace.model import (
 
 # Bounded memory and work: recent samples per measured series, recent steps per series.
 MAX_SAMPLES = 4096
-MAX_STEPS = 1024
+MAX_STEPS = 512
 # A forecast is recomputed at a step boundary, and at most this often.
-RECOMPUTE_EVERY_S = 1.0
+RECOMPUTE_EVERY_S = 2.0
 # A forecast further away than this is not "likely" during this run.
 HORIZON_S = 24 * 3600.0
 # A new event when the steps left move by more than this share, or the limit changes.
