@@ -60,14 +60,14 @@ def is_limit(key: SeriesKey) -> bool:
 
 
 def peak_source(key: SeriesKey) -> SeriesKey | None:
-    """The measured series an interval-peak series belongs to (`torch.reserved_peak`)."""
-    for quantity, peak in ((Metric.RESERVED, Metric.RESERVED_PEAK),):
+    """The measured series an interval-peak series belongs to (`torch.reserved_peak` ->
+    `torch.reserved`); None for other series."""
+    for quantity, peak in (
+        (Metric.RESERVED, Metric.RESERVED_PEAK),
+        (Metric.ALLOCATED, Metric.ALLOCATED_PEAK),
+    ):
         if key.metric.endswith("." + peak):
-            base = key.metric[: -len(peak)] + quantity
-            return SeriesKey(base, key.device, key.pid)
-    if key.metric.endswith("." + Metric.ALLOCATED_PEAK):
-        base = key.metric[: -len(Metric.ALLOCATED_PEAK)] + Metric.ALLOCATED
-        return SeriesKey(base, key.device, key.pid)
+            return SeriesKey(key.metric[: -len(peak)] + quantity, key.device, key.pid)
     return None
 
 
