@@ -26,6 +26,11 @@ class Budget:
     label: str
     total_device: int | None = None
 
+    @property
+    def total_label(self) -> str:
+        """What the limit is called when it is the device total."""
+        return f"GPU {self.total_device} total"
+
 
 def budget_for(key: SeriesKey) -> Budget | None:
     """The limit a measured series runs into; None for series that are not measured."""
@@ -46,7 +51,8 @@ def budget_for(key: SeriesKey) -> Budget | None:
         return None
     limit = SeriesKey(f"{prefix}.{Metric.LIMIT}", device, pid)
     name = FRAMEWORK_NAMES[framework]
-    if quantity == Metric.RESERVED and device >= 0:
+    if quantity in (Metric.RESERVED, Metric.ALLOCATED) and device >= 0:
+        # The pool crosses first where it is recorded; live tensors alone where it is not.
         return Budget(key, limit, f"{name} memory limit on GPU {device}", device)
     if quantity == Metric.ALLOCATED and device < 0:
         return Budget(key, limit, f"{name} host allocator limit")
@@ -98,6 +104,8 @@ def assemble(
     step_times: Sequence[float],
     peaks: Sequence[float | None],
     limit_bytes: float | None,
+    *,
+    label: str | None = None,
 ) -> StepSeries | None:
     """A StepSeries from the steps that saw a value; None when the limit is unknown."""
     if not limit_bytes:
@@ -106,7 +114,7 @@ def assemble(
     return StepSeries(
         metric=budget.measured.metric,
         limit_bytes=float(limit_bytes),
-        limit_label=budget.label,
+        limit_label=label or budget.label,
         steps=[s for s, _, _ in kept],
         times_s=[t for _, t, _ in kept],
         peak_bytes=[p for _, _, p in kept],
@@ -136,8 +144,8 @@ def trace_step_series(trace: Trace, *, until_s: float | None = None) -> list[Ste
             continue
         sources = [_times_values(trace, k) for k in (key, *peaks_of.get(key, []))]
         peaks = step_peaks(step_times, sources)
-        limit = _limit_at(trace, budget, step_times[-1])
-        series = assemble(budget, steps, step_times, peaks, limit)
+        limit, label = limit_at(trace, budget, step_times[-1])
+        series = assemble(budget, steps, step_times, peaks, limit, label=label)
         if series is not None:
             out.append(series)
     return out
@@ -150,7 +158,9 @@ def _times_values(trace: Trace, key: SeriesKey) -> tuple[Sequence[float], Sequen
     return series.times, series.values
 
 
-def _limit_at(trace: Trace, budget: Budget, t: float) -> float | None:
+def limit_at(trace: Trace, budget: Budget, t: float) -> tuple[float | None, str]:
+    """The budget's limit in force at `t` (else the first recorded), and what it is called;
+    the device total where no limit series was recorded."""
     if budget.limit is not None:
         series = trace.series(budget.limit.metric, budget.limit.device, budget.limit.pid)
         if series is not None:
@@ -158,10 +168,10 @@ def _limit_at(trace: Trace, budget: Budget, t: float) -> float | None:
             if value is None and len(series):
                 value = series.values[0]
             if value:
-                return value
+                return value, budget.label
     if budget.total_device is not None:
-        return trace.device_total_bytes(budget.total_device)
-    return None
+        return trace.device_total_bytes(budget.total_device), budget.total_label
+    return None, budget.label
 
 
 def _step_number(value: object, index: int) -> int:

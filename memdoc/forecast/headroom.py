@@ -6,8 +6,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from memdoc.forecast.budget import budget_for, is_limit, peak_source
-from memdoc.trace.model import EventKind, Metric, SeriesKey
+from memdoc.forecast.budget import Budget, budget_for, peak_source
+from memdoc.trace.model import EventKind, Metric
 from memdoc.trace.reader import Trace
 
 
@@ -67,7 +67,7 @@ def run_peak(trace: Trace) -> PeakReading | None:
         budget = budget_for(key)
         if budget is None:
             continue
-        limit = _limit(trace, budget.limit, budget.total_device)
+        limit, label = _lowest_limit(trace, budget)
         if not limit:
             continue
         values = [trace.series(key.metric, key.device, key.pid)]
@@ -79,7 +79,7 @@ def run_peak(trace: Trace) -> PeakReading | None:
         peak = max((s.max() or (0.0, 0.0))[1] for s in values if s is not None)
         if key.metric == Metric.HOST_VMS and key.pid in stop_peaks:
             peak = max(peak, stop_peaks[key.pid])
-        reading = PeakReading(peak, limit, budget.label, key.metric)
+        reading = PeakReading(peak, limit, label, key.metric)
         if best is None or peak / limit > best.peak_bytes / best.limit_bytes:
             best = reading
     return best
@@ -142,14 +142,17 @@ def _stop_peaks(trace: Trace) -> dict[int, float]:
     return out
 
 
-def _limit(trace: Trace, limit: SeriesKey | None, device: int | None) -> float | None:
-    if limit is not None and is_limit(limit):
+def _lowest_limit(trace: Trace, budget: Budget) -> tuple[float | None, str]:
+    """The lowest value the limit took during the run: a cap set by the program after its
+    start counts from then on."""
+    limit = budget.limit
+    if limit is not None:
         series = trace.series(limit.metric, limit.device, limit.pid)
         if series is not None and len(series):
-            return min(series.values)
-    if device is not None:
-        return trace.device_total_bytes(device)
-    return None
+            return min(series.values), budget.label
+    if budget.total_device is not None:
+        return trace.device_total_bytes(budget.total_device), budget.total_label
+    return None, budget.label
 
 
 def nearest_pair(points: Sequence[SizePeak]) -> list[SizePeak]:

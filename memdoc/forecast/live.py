@@ -148,11 +148,12 @@ class ForecastingSink:
         for key, points in self._points.items():
             budget = self._budgets[key]
             limit = self._limits.get(budget.limit) if budget.limit is not None else None
+            label = budget.label
             if not limit and budget.total_device is not None:
-                limit = self._totals.get(budget.total_device)
+                limit, label = self._totals.get(budget.total_device), budget.total_label
             steps = [p[0] for p in points]
             times = [p[1] - self.start_unix for p in points]
-            series = assemble(budget, steps, times, [p[2] for p in points], limit)
+            series = assemble(budget, steps, times, [p[2] for p in points], limit, label=label)
             if series is not None:
                 results.append(analyse(series))
         best = earliest(results)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
 from memdoc.forecast import Forecast, NoForecast, StepSeries, assess, forecast
 from memdoc.forecast.model import NO_GROWTH, NO_LIMIT, TOO_FEW_STEPS
 from memdoc.forecast.predict import analyse
+from memdoc.trace import load_trace
 
 MiB = 1 << 20
 
@@ -91,3 +93,25 @@ def test_the_event_data_round_trips() -> None:
     assert isinstance(result, Forecast)
     assert Forecast.from_data({"state": "likely", **result.to_data()}) == result
     assert Forecast.from_data({"metric": "x"}) is None
+
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "rules" / "leak-across-steps"
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        pytest.param("hit-allocated-grows.memdoc", "GPU 0 total", id="gpu-allocated-grows"),
+        pytest.param("hit-host-rss-grows.memdoc", "host RAM", id="host-rss-grows"),
+        pytest.param("miss-flat-with-noise.memdoc", NO_GROWTH, id="flat-with-noise"),
+        pytest.param("miss-one-jump-mid-run.memdoc", NO_GROWTH, id="one-jump-mid-run"),
+        pytest.param("miss-warmup-then-plateau.memdoc", TOO_FEW_STEPS, id="warmup-plateau"),
+    ],
+)
+def test_the_leak_rule_fixtures_forecast_where_memory_grows(name: str, expected: str) -> None:
+    result = assess(load_trace(FIXTURES / name))
+    if isinstance(result, Forecast):
+        assert result.limit_label == expected
+        assert result.growth_bytes_per_step > 0
+    else:
+        assert result is not None and result.reason == expected
