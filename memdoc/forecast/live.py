@@ -4,6 +4,7 @@ the trace and writes a `forecast` event when an OOM becomes likely or its foreca
 from __future__ import annotations
 
 import collections
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -57,19 +58,33 @@ class ForecastingSink:
         self._step_pid: int | None = None
         self._next_compute = float("-inf")
         self.latest: Forecast | None = None  # the last forecast written
+        self.failed = False  # set when forecasting broke; the sink then only passes on
 
     # -- Sink -----------------------------------------------------------------------------
 
     def samples(self, unix_t: float, values: Mapping[SeriesKey, int | float]) -> None:
         self.inner.samples(unix_t, values)
-        with self._lock:
-            for key, value in values.items():
-                self._take(key, unix_t, value)
+        if self.failed:
+            return
+        try:
+            with self._lock:
+                for key, value in values.items():
+                    self._take(key, unix_t, value)
+        except Exception:
+            self.failed = True  # a forecast is a nicety: never at the cost of the recording
 
     def event(self, event: Event) -> None:
         self.inner.event(event)
-        if event.kind != EventKind.STEP:
+        if event.kind != EventKind.STEP or self.failed:
             return
+        try:
+            self._on_step(event)
+        except Exception:
+            # Steps come from the program's own thread under `memdoc.watch`: nothing may
+            # reach it from here.
+            self.failed = True
+
+    def _on_step(self, event: Event) -> None:
         number = event.data.get("step")
         if not isinstance(number, int):
             return
@@ -103,6 +118,8 @@ class ForecastingSink:
 
     def _take(self, key: SeriesKey, unix_t: float, value: float) -> None:
         if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return
+        if not math.isfinite(value):
             return
         if key in self._budgets or key in self._peak_of:
             self._samples[key].append((unix_t, float(value)))

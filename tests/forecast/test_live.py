@@ -82,3 +82,26 @@ def test_a_faster_leak_moves_the_forecast(tmp_path: Path) -> None:
 
 def test_flat_memory_writes_no_forecast(tmp_path: Path) -> None:
     assert forecast_events(recorded(tmp_path, [500 * MiB + (i % 4) * MiB for i in range(80)])) == []
+
+
+class BrokenClock:
+    """A clock that fails: whatever breaks inside the forecast must stay inside it."""
+
+    def __call__(self) -> float:
+        raise RuntimeError("clock broke")
+
+
+def test_a_failing_forecast_never_reaches_the_program_and_the_trace_goes_on(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "run.memdoc"
+    header = Header(version=SCHEMA_VERSION, created_unix=START, memdoc_version="test")
+    writer = TraceWriter(path, header)
+    sink = ForecastingSink(writer, start_unix=START, clock=BrokenClock())
+    sink.samples(START + 0.5, {VMS: float("nan"), CAP: 1000 * MiB})
+    sink.samples(START + 0.6, {VMS: 300 * MiB})
+    for step in (1, 2, 3):
+        sink.event(Event(t=START + step, kind=EventKind.STEP, pid=PID, data={"step": step}))
+    writer.close()
+    assert sink.failed
+    assert len(load_trace(path).steps()) == 3
