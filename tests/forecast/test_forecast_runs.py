@@ -57,7 +57,7 @@ def test_tensorflow_leak_forecast_at_30_percent_names_the_oom_step(tmp_path: Pat
 
 
 def test_a_run_without_growth_says_no_growth_and_its_summary_stays_quiet(tmp_path: Path) -> None:
-    done = memdoc_run(tmp_path, "torch_batch.py", "32", "320", "40")
+    done = memdoc_run(tmp_path, "torch_batch.py", "32", "320", "200")
     assert done.returncode == 0, done.stderr[-2000:]
     assert "forecast" not in done.stderr
     trace = load_trace(tmp_path / "torch_batch.memdoc")
