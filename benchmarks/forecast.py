@@ -64,8 +64,17 @@ BATCHES = (
 )
 
 
-def memdoc_run(trace: Path, program: str, args: Sequence[str]) -> subprocess.CompletedProcess[str]:
+# For the batch programs: glibc reads these at start, before any thread (one arena, large
+# blocks mapped on their own), so address space follows live memory from the first instant.
+STEADY_MALLOC_ENV = {"MALLOC_ARENA_MAX": "1", "MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
+
+
+def memdoc_run(
+    trace: Path, program: str, args: Sequence[str], *, steady: bool = False
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMDOC")}
+    if steady:
+        env.update(STEADY_MALLOC_ENV)
     command = [sys.executable, "-m", "memdoc", "run", "-q", "--force", "-o", str(trace), "--"]
     command += [sys.executable, str(PROGRAMS / program), *args]
     return subprocess.run(command, env=env, capture_output=True, text=True, check=False)
@@ -92,7 +101,9 @@ def leak_row(case: LeakCase, folder: Path) -> str:
 
 
 def fits(case: BatchCase, size: int, folder: Path) -> bool:
-    done = memdoc_run(folder / f"truth-{size}.memdoc", case.program, (str(size), *case.args))
+    done = memdoc_run(
+        folder / f"truth-{size}.memdoc", case.program, (str(size), *case.args), steady=True
+    )
     return done.returncode == 0
 
 
@@ -100,14 +111,20 @@ def batch_row(case: BatchCase, folder: Path) -> str:
     started = time.monotonic()
     template = [sys.executable, str(PROGRAMS / case.program), "{}", *case.args]
     steps = 4
-    result = find_headroom(
-        template,
-        case.sizes,
-        steps=steps,
-        margin=0.0,
-        multiple_of=case.multiple_of,
-        workdir=folder,
-    )
+    saved = dict(os.environ)
+    os.environ.update(STEADY_MALLOC_ENV)  # the probes inherit it
+    try:
+        result = find_headroom(
+            template,
+            case.sizes,
+            steps=steps,
+            margin=0.0,
+            multiple_of=case.multiple_of,
+            workdir=folder,
+        )
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     answer = result.largest_size
     if answer is None:
         return f"| {case.name} | | nothing fits | | |"

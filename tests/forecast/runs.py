@@ -12,6 +12,10 @@ from memdoc.forecast import Forecast, forecast
 from memdoc.trace import Trace, load_trace
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
+# glibc read from the environment at start, before any thread: one arena, and large blocks
+# mapped on their own, so that address space follows live memory from the first instant
+# (see programs/host_cap.py); a program's own mallopt comes after its imports' threads.
+STEADY_MALLOC_ENV = {"MALLOC_ARENA_MAX": "1", "MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,15 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_memdoc
-from tests.forecast.runs import PROGRAMS, memdoc_run
+from tests.forecast.runs import PROGRAMS, STEADY_MALLOC_ENV, memdoc_run
 
 STEPS = "10"  # what the "training" runs: more steps than the probes
 
 
-def headroom(*args: str, timeout: float = 900) -> tuple[int, str, str]:
-    done = run_memdoc("headroom", *args, timeout=timeout)
+def headroom(
+    *args: str, timeout: float = 900, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    done = run_memdoc("headroom", *args, timeout=timeout, env=env)
     return done.returncode, done.stdout.decode(), done.stderr.decode()
 
 
@@ -47,6 +49,7 @@ def test_the_answer_trains_and_the_next_size_up_runs_out(
         "{}",
         budget_mib,
         STEPS,
+        env=STEADY_MALLOC_ENV,
     )
     assert code == 0, err
     answer = json.loads(out)
@@ -55,9 +58,11 @@ def test_the_answer_trains_and_the_next_size_up_runs_out(
     assert answer["limit"] == "address-space cap (RLIMIT_AS)"
     # The truth is found as the probes ran: under `memdoc run`, whose agent thread takes
     # some address space of its own under the cap (no GPU memory).
-    fits = memdoc_run(tmp_path, program, str(size), budget_mib, STEPS)
+    fits = memdoc_run(tmp_path, program, str(size), budget_mib, STEPS, env=STEADY_MALLOC_ENV)
     assert fits.returncode == 0 and "done" in fits.stdout, fits.stderr[-1500:]
-    too_big = memdoc_run(tmp_path, program, str(size + multiple_of), budget_mib, STEPS)
+    too_big = memdoc_run(
+        tmp_path, program, str(size + multiple_of), budget_mib, STEPS, env=STEADY_MALLOC_ENV
+    )
     assert too_big.returncode != 0
     assert "memory" in too_big.stderr.lower() or "RESOURCE_EXHAUSTED" in too_big.stderr
 
