@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -183,7 +184,14 @@ def find_headroom(
             or fit
         )
     label = min(readings, key=lambda r: r.limit_bytes).limit_label
-    measured = fit.largest_size in {p.size for p in probes if not p.oom}
+    ran = {p.size for p in probes if not p.oom and p.reading is not None}
+    if too_big is not None and fit.largest_size not in ran:
+        # Between a size that ran and one that ran out, a line is only a guess: answer with
+        # the largest size that really ran.
+        below = [s for s in ran if s < too_big and s % multiple_of == 0]
+        if below:
+            fit = dataclasses.replace(fit, largest_size=max(below))
+    measured = fit.largest_size in ran
     return Headroom(tuple(probes), fit, label, tuple(notes), measured)
 
 
