@@ -2,7 +2,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from memdoc.api import mark, step, watch
 from memdoc.version import __version__
 
-__all__ = ["__version__", "mark", "step", "watch"]
+if TYPE_CHECKING:
+    from memdoc.run.headroom import Headroom
+
+__all__ = ["__version__", "headroom", "mark", "step", "watch"]
+
+
+def headroom(
+    command: Sequence[str],
+    sizes: Sequence[int] = (8, 16, 32),
+    *,
+    steps: int = 5,
+    margin: float = 0.05,
+    multiple_of: int = 1,
+) -> Headroom:
+    """The largest batch size that fits: `command` (with `{}` where the size goes) is run
+    under `memdoc run` for `steps` steps at each size, memory is fitted as fixed + per-sample
+    × size, and the predicted answer is run too. `result.largest_size` is the answer.
+
+        memdoc.headroom(["python", "train.py", "--batch-size", "{}"], sizes=(16, 32, 64))
+
+    Raises:
+        InputError: no `{}` in the command, or fewer than two sizes.
+        MemdocError: a size failed for a reason other than memory.
+    """
+    from memdoc.run.headroom import find_headroom
+
+    return find_headroom(command, sizes, steps=steps, margin=margin, multiple_of=multiple_of)

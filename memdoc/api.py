@@ -115,6 +115,7 @@ class watch:
 
     def _start(self) -> None:
         from memdoc.collectors.registry import in_process_collectors
+        from memdoc.forecast.live import ForecastingSink
         from memdoc.session import header_for_this_process
         from memdoc.trace.model import ProcessInfo
 
@@ -125,7 +126,7 @@ class watch:
             ProcessInfo(pid=os.getpid(), t=time.time(), ppid=os.getppid(), command=tuple(sys.argv))
         )
         self.session = Session(
-            self._writer,
+            ForecastingSink(self._writer, start_unix=self._writer.start_unix),
             in_process_collectors(host_tree=True, trace_dir=self.path.resolve().parent),
             interval_s=self.interval,
         )

@@ -16,6 +16,7 @@ from memdoc.version import __version__
 # One module per command, in the order `memdoc --help` lists them.
 COMMAND_MODULES = (
     "run",
+    "headroom",
     "explain",
     "diagnose",
     "report",

@@ -11,6 +11,7 @@ from typing import TextIO
 from rich.text import Text
 
 from memdoc.errors import MemdocError
+from memdoc.forecast.summary import forecast_line
 from memdoc.report.console import SafeConsole
 from memdoc.report.data import OomView, oom_view
 from memdoc.report.overview import Overview, build_overview
@@ -49,6 +50,8 @@ def print_end_of_run(
             console.print(line)
     else:
         console.print(Text(quiet_line(overview, paths, report_path)))
+    if (words := forecast_line(run.primary, ended_by_oom=oom is not None)) is not None:
+        console.print(Text(f"  {words}", style="yellow"))
 
 
 def went_wrong(overview: Overview, oom: OomView | None, findings: Sequence[Finding]) -> bool:

@@ -16,10 +16,41 @@ from memdoc.collectors.base import SessionHandle, Values
 from memdoc.collectors.registry import agent_collectors
 from memdoc.run.channel import ENV_INTERVAL, ENV_SOCKET, AgentChannel
 from memdoc.run.handled import exit_recording_error_in_hand, watch_caught_errors
-from memdoc.session import DEFAULT_INTERVAL_S, Session
+from memdoc.session import DEFAULT_INTERVAL_S, Session, host_memory_now
 from memdoc.trace.model import CollectorStatus, EventKind, ProcessInfo
 
+# Set by `memdoc headroom`: end the program cleanly after this many steps.
+ENV_STOP_AFTER_STEPS = "MEMDOC_STOP_AFTER_STEPS"
+
 _state: dict[str, Any] = {}
+
+
+class StepLimitedSession(Session):
+    """A session that ends the program with exit status 0 once it has counted
+    `stop_after_steps` steps (only when asked to: a headroom probe needs a few steps, not a
+    whole training run). The stop event carries the process's address-space high-water
+    mark, which the sampler may miss between two samples."""
+
+    stop_after_steps: int | None = None
+
+    def step(self, source: str = "user", **data: Any) -> int:
+        number = super().step(source, **data)
+        if self.stop_after_steps is not None and number >= self.stop_after_steps:
+            self.emit(EventKind.STOP, {"after_steps": number, "host": _host_peaks()})
+            raise SystemExit(0)
+        return number
+
+
+def _host_peaks() -> dict[str, int]:
+    """This process's memory now plus its peaks so far (VmPeak, VmHWM), in bytes."""
+    out = host_memory_now()
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/self/status") as status:
+        for line in status:
+            name, _, rest = line.partition(":")
+            if name in ("VmPeak", "VmHWM"):
+                key = "address_space_peak_bytes" if name == "VmPeak" else "rss_peak_bytes"
+                out[key] = int(rest.split()[0]) * 1024
+    return out
 
 
 def activate() -> None:
@@ -39,7 +70,10 @@ def _start() -> None:
         interval_s = float(os.environ.get(ENV_INTERVAL, DEFAULT_INTERVAL_S))
     except ValueError:
         interval_s = DEFAULT_INTERVAL_S
-    session = Session(channel, [*agent_collectors(), LaunchRankWatcher()], interval_s=interval_s)
+    session = StepLimitedSession(
+        channel, [*agent_collectors(), LaunchRankWatcher()], interval_s=interval_s
+    )
+    session.stop_after_steps = _env_int(ENV_STOP_AFTER_STEPS)
     channel.process(
         ProcessInfo(
             pid=os.getpid(),

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
+from memdoc.collectors.base import Sink
 from memdoc.trace.model import (
     CollectorStatus,
     DeviceInfo,
@@ -23,7 +24,6 @@ from memdoc.trace.model import (
     ProcessInfo,
     SeriesKey,
 )
-from memdoc.trace.writer import TraceWriter
 
 ENV_SOCKET = "MEMDOC_AGENT"
 ENV_INTERVAL = "MEMDOC_INTERVAL"
@@ -259,7 +259,7 @@ class _Losses:
 class AgentServer:
     """The parent's end: accepts agents and writes what they send into the trace."""
 
-    def __init__(self, socket_path: str, writer: TraceWriter) -> None:
+    def __init__(self, socket_path: str, writer: Sink) -> None:
         self.socket_path = socket_path
         self.writer = writer
         self.agent_pids: set[int] = set()

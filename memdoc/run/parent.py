@@ -17,6 +17,7 @@ from typing import IO
 from memdoc import recordings
 from memdoc.collectors.registry import parent_collectors
 from memdoc.files import open_output
+from memdoc.forecast.live import ForecastingSink
 from memdoc.run.channel import ENV_INTERVAL, ENV_SOCKET, AgentServer
 from memdoc.run.rundir import SOCKET_NAME, create_run_dir, remove_stale_run_dirs
 from memdoc.run.tee import stderr_tail
@@ -111,7 +112,8 @@ def _run_recorded(options: RunOptions, writer: TraceWriter) -> RunResult:
     remove_stale_run_dirs()
     sock_dir = create_run_dir()
     socket_path = str(sock_dir / SOCKET_NAME)
-    server = AgentServer(socket_path, writer)  # listening now, accepting once started
+    sink = ForecastingSink(writer, start_unix=writer.start_unix)  # where steps meet samples
+    server = AgentServer(socket_path, sink)  # listening now, accepting once started
     env = child_environment(socket_path, options.interval_s, dict(os.environ))
     env.update(options.extra_env)
     # Snapshots and memory profiles saved at an OOM go beside the trace.
@@ -153,7 +155,7 @@ def _run_recorded(options: RunOptions, writer: TraceWriter) -> RunResult:
             )
         )
         session = Session(
-            writer, parent_collectors(child.pid, nvml=options.nvml), interval_s=options.interval_s
+            sink, parent_collectors(child.pid, nvml=options.nvml), interval_s=options.interval_s
         )
         session.start()
         returncode = _wait_forwarding_signals(child, forward=in_main)

@@ -110,6 +110,8 @@ class EventKind:
     ALLOCATOR_CONFIG = "allocator_config"
     MODEL_STATE = "model_state"  # parameter / gradient / optimizer-state bytes
     SNAPSHOT = "snapshot"  # an allocation snapshot saved beside the trace
+    FORECAST = "forecast"  # when the per-step peak will cross its limit (memdoc.forecast)
+    STOP = "stop"  # memdoc ended the run after the steps it was asked for (headroom)
     NOTE = "note"
     # The job's memory cgroup, and the cgroup whose limit is the tightest above it.
     CGROUP = "cgroup"

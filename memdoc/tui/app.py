@@ -29,6 +29,7 @@ from memdoc.tui.view import DashboardView, ViewRequest
 from memdoc.tui.widgets.banner import OomBanner
 from memdoc.tui.widgets.chart import HistoryChart
 from memdoc.tui.widgets.findings import FindingsPanel
+from memdoc.tui.widgets.forecast import ForecastLine
 from memdoc.tui.widgets.header import RunHeader
 from memdoc.tui.widgets.host import HostPanel
 from memdoc.tui.widgets.ledger import LedgerBar
@@ -129,6 +130,7 @@ class MemdocApp(App[int]):
         # Kept, not queried: a query searches only the screen on top (help may be open).
         self.header = RunHeader(id="header")
         self.banner = OomBanner(id="oom")
+        self.forecast = ForecastLine(id="forecast")
         self.tabs = DeviceTabs(id="tabs")
         self.ledger = LedgerBar(id="ledger")
         self.chart = HistoryChart(id="chart")
@@ -144,6 +146,7 @@ class MemdocApp(App[int]):
     def compose(self) -> ComposeResult:
         yield self.header
         yield self.banner
+        yield self.forecast
         yield self.tabs
         yield self.ledger
         yield self.chart
@@ -202,6 +205,7 @@ class MemdocApp(App[int]):
         view = self.view = message.view
         self.header.show(view.status)
         self.banner.show(view.oom, self.findings)
+        self.forecast.show(view.forecast)
         self.tabs.show(view.tabs, view.device)
         self.ledger.show(view.ledger, self._device_name(view))
         self.chart.show(view.chart, self._window_label())

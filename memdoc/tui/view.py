@@ -7,6 +7,7 @@ import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from memdoc.forecast.summary import forecast_in_force
 from memdoc.rules.facts import root_pid
 from memdoc.rules.host import job_limit
 from memdoc.trace import Metric, OomInfo, ProcessInfo, Trace
@@ -110,6 +111,7 @@ class DashboardView:
     oom: OomView | None = None
     warnings: tuple[str, ...] = field(default=())
     recordings: tuple[RecordingRow, ...] | None = None  # None: the source does not look
+    forecast: str | None = None  # the OOM forecast in force at this instant, in words
 
 
 def build_view(
@@ -156,6 +158,7 @@ def build_view(
         oom=_oom(events, now, survived=_exited_zero_by(trace, now)),
         warnings=tuple(trace.warnings),
         recordings=None if live is None else recording_rows(live, wall_now),
+        forecast=forecast_in_force(trace, now),
     )
 
 

@@ -1,0 +1,127 @@
+"""Forecast the step and time at which per-step peaks cross a limit."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections.abc import Sequence
+
+from memdoc.forecast.fit import Z_90, LineFit, theil_sen, warmup_points
+from memdoc.forecast.model import (
+    NO_GROWTH,
+    NO_LIMIT,
+    TOO_FEW_STEPS,
+    Forecast,
+    NoForecast,
+    StepSeries,
+)
+from memdoc.units import format_bytes
+
+# Fewer trend points than this (after the warm-up) make no forecast.
+MIN_TREND_POINTS = 6
+# Growth over the fitted window must stand this many robust standard deviations above
+# the scatter of the peaks, and be at least this share of their level: a flat line with
+# noise on it is not a trend.
+MIN_GROWTH_SPREADS = 3.0
+MIN_GROWTH_SHARE = 0.01
+# The pace of steps is read from this many recent points.
+PACE_POINTS = 32
+
+
+def analyse(series: StepSeries) -> Forecast | NoForecast:
+    """A forecast for one measured quantity, or the reason there is none."""
+    if not series.limit_bytes > 0:
+        return NoForecast(NO_LIMIT, f"no limit known for {series.metric}")
+    skip = warmup_points(series.peak_bytes)
+    xs = [float(s) for s in series.steps[skip:]]
+    ys = [float(v) for v in series.peak_bytes[skip:]]
+    if len(xs) < MIN_TREND_POINTS:
+        detail = f"{len(xs)} steps past the warm-up; {MIN_TREND_POINTS} needed"
+        return NoForecast(TOO_FEW_STEPS, detail, points=len(xs))
+    fit = theil_sen(xs, ys)
+    if fit is None or not _grows(fit, xs, ys):
+        return NoForecast(NO_GROWTH, _flat_detail(fit, xs), points=len(xs))
+    last_step = int(series.steps[-1])
+    # The first peak over the limit comes early when the peaks scatter upwards: the early
+    # end uses the steepest slope of the interval and the limit less the scatter.
+    reach = series.limit_bytes - Z_90 * fit.residual_spread
+    early = _crossing(reach, fit.slope_high, fit.intercept_for(fit.slope_high, xs, ys))
+    late = _crossing(series.limit_bytes, fit.slope_low, fit.intercept_for(fit.slope_low, xs, ys))
+    central = _crossing(series.limit_bytes, fit.slope, fit.intercept)
+    pace = seconds_per_step(series.steps[skip:], series.times_s[skip:])
+    return Forecast(
+        metric=series.metric,
+        limit_label=series.limit_label,
+        limit_bytes=int(series.limit_bytes),
+        t_s=float(series.times_s[-1]),
+        step=last_step,
+        current_bytes=int(fit.at(last_step)),
+        growth_bytes_per_step=fit.slope,
+        growth_low_bytes_per_step=fit.slope_low,
+        growth_high_bytes_per_step=fit.slope_high,
+        oom_step=central,
+        oom_step_early=min(early, central),
+        oom_step_late=max(late, central),
+        eta_s=_eta(central, last_step, pace),
+        eta_early_s=_eta(min(early, central), last_step, pace),
+        eta_late_s=_eta(max(late, central), last_step, pace),
+        seconds_per_step=pace,
+        warmup_steps=skip,
+        points=len(xs),
+        device=series.device,
+        pid=series.pid,
+    )
+
+
+def earliest(results: Sequence[Forecast | NoForecast]) -> Forecast | NoForecast | None:
+    """The forecast that crosses first; else the most telling reason there is none."""
+    forecasts = [r for r in results if isinstance(r, Forecast)]
+    if forecasts:
+        return min(forecasts, key=lambda f: (f.oom_step, f.eta_s or 0.0))
+    reasons = [r for r in results if isinstance(r, NoForecast)]
+    order = (NO_GROWTH, TOO_FEW_STEPS, NO_LIMIT)
+    return min(reasons, key=lambda r: order.index(r.reason)) if reasons else None
+
+
+def seconds_per_step(steps: Sequence[int], times_s: Sequence[float]) -> float | None:
+    """The recent pace: median seconds per step over the last points."""
+    pairs = list(zip(steps[-PACE_POINTS:], times_s[-PACE_POINTS:], strict=True))
+    rates = [
+        (t1 - t0) / (s1 - s0)
+        for (s0, t0), (s1, t1) in itertools.pairwise(pairs)
+        if s1 > s0 and t1 >= t0
+    ]
+    return statistics.median(rates) if rates else None
+
+
+def _grows(fit: LineFit, xs: Sequence[float], ys: Sequence[float]) -> bool:
+    growth = fit.slope * (xs[-1] - xs[0])
+    level = statistics.median(abs(y) for y in ys)
+    return (
+        fit.slope_low > 0
+        and growth >= MIN_GROWTH_SPREADS * fit.residual_spread
+        and growth >= MIN_GROWTH_SHARE * level
+    )
+
+
+def _flat_detail(fit: LineFit | None, xs: Sequence[float]) -> str:
+    steps = int(xs[-1] - xs[0]) if xs else 0
+    if fit is None:
+        return f"no growth over {steps} steps"
+    return (
+        f"no growth over {steps} steps "
+        f"({format_bytes(fit.slope)} per step, within the scatter of the peaks)"
+    )
+
+
+def _crossing(limit_bytes: float, slope: float, intercept: float) -> int:
+    if slope <= 0:
+        return 2**62
+    return math.ceil((limit_bytes - intercept) / slope)
+
+
+def _eta(oom_step: int, last_step: int, pace_s: float | None) -> float | None:
+    if pace_s is None or oom_step >= 2**62:
+        return None
+    return max(oom_step - last_step, 0) * pace_s

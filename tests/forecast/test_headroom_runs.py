@@ -1,0 +1,129 @@
+"""`memdoc headroom` on real programs under a memory cap: the answer really trains, and the
+next size up really runs out. Bad input gets one line and a non-zero exit."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_memdoc
+from tests.forecast.runs import PROGRAMS, STEADY_MALLOC_ENV, memdoc_run
+
+STEPS = "10"  # what the "training" runs: more steps than the probes
+
+
+def headroom(
+    *args: str, timeout: float = 900, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    done = run_memdoc("headroom", *args, timeout=timeout, env=env)
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+@pytest.mark.parametrize(
+    ("program", "budget_mib", "sizes", "multiple_of"),
+    [
+        pytest.param("torch_batch.py", "320", "64,128,256", 128, id="pytorch"),
+        pytest.param("jax_batch.py", "250", "64,128,256", 64, id="jax"),
+    ],
+)
+def test_the_answer_trains_and_the_next_size_up_runs_out(
+    tmp_path: Path, program: str, budget_mib: str, sizes: str, multiple_of: int
+) -> None:
+    pytest.importorskip(program.split("_")[0])
+    code, out, err = headroom(
+        "--sizes",
+        sizes,
+        "--steps",
+        "4",
+        "--margin",
+        "0",
+        "--multiple-of",
+        str(multiple_of),
+        "--json",
+        "--",
+        sys.executable,
+        str(PROGRAMS / program),
+        "{}",
+        budget_mib,
+        STEPS,
+        env=STEADY_MALLOC_ENV,
+    )
+    assert code == 0, err
+    answer = json.loads(out)
+    size = answer["largest_size"]
+    assert size is not None and size % multiple_of == 0
+    assert answer["limit"] == "address-space cap (RLIMIT_AS)"
+    # The truth is found as the probes ran: under `memdoc run`, whose agent thread takes
+    # some address space of its own under the cap (no GPU memory).
+    fits = memdoc_run(tmp_path, program, str(size), budget_mib, STEPS, env=STEADY_MALLOC_ENV)
+    assert fits.returncode == 0 and "done" in fits.stdout, fits.stderr[-1500:]
+    too_big = memdoc_run(
+        tmp_path, program, str(size + multiple_of), budget_mib, STEPS, env=STEADY_MALLOC_ENV
+    )
+    assert too_big.returncode != 0
+    assert "memory" in too_big.stderr.lower() or "RESOURCE_EXHAUSTED" in too_big.stderr
+
+
+def test_a_command_without_a_placeholder_gets_one_line() -> None:
+    code, _, err = headroom("--", sys.executable, "train.py", "--batch-size", "32")
+    assert code == 2
+    assert err.splitlines()[0] == "memdoc: error: the command has no {} where the batch size goes"
+    assert "Traceback" not in err
+
+
+def test_a_command_that_does_not_exist_gets_one_line() -> None:
+    code, _, err = headroom("--", "no-such-trainer", "{}")
+    assert code == 2
+    assert err.splitlines()[0] == "memdoc: error: no-such-trainer: command not found"
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        pytest.param("8", id="one-size"),
+        pytest.param("8,x", id="not-a-number"),
+        pytest.param("0,8", id="zero"),
+    ],
+)
+def test_bad_sizes_get_one_line(sizes: str) -> None:
+    code, _, err = headroom("--sizes", sizes, "--", sys.executable, "train.py", "{}")
+    assert code == 2
+    assert err.startswith("memdoc: error: ")
+    assert "Traceback" not in err
+
+
+def test_a_size_that_fails_for_another_reason_gets_one_line(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import sys\n"
+        "size = int(sys.argv[1])\n"
+        "if size > 10:\n"
+        "    raise ValueError(f'batch {size} does not divide the dataset')\n"
+    )
+    code, _, err = headroom("--sizes", "8,16", "--", sys.executable, str(script), "{}")
+    assert code == 2
+    first = err.splitlines()[0]
+    assert first.startswith("memdoc: error: size 16: the program failed (exit status 1)")
+    assert "does not divide the dataset" in first
+    assert "Traceback" not in err.splitlines()[0]
+
+
+def test_the_agent_ends_the_run_cleanly_after_the_steps_asked_for(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    done = memdoc_run(
+        tmp_path, "torch_batch.py", "16", "320", "50", env={"MEMDOC_STOP_AFTER_STEPS": "3"}
+    )
+    assert done.returncode == 0, done.stderr[-1500:]
+    # The third optimizer step ends the run, before the program prints it.
+    assert "step 2" in done.stdout and "step 3" not in done.stdout
+    from memdoc.trace import load_trace
+    from memdoc.trace.model import EventKind
+
+    trace = load_trace(tmp_path / "torch_batch.memdoc")
+    assert len(trace.steps()) == 3
+    (stop,) = trace.events(EventKind.STOP)
+    assert stop.data["after_steps"] == 3
+    assert stop.data["host"]["address_space_peak_bytes"] > 0

@@ -1,0 +1,107 @@
+"""The live forecast: samples and steps pass through to the trace unchanged, and a
+`forecast` event is written when an OOM becomes likely, moves, or no longer holds."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+from memdoc.forecast import Forecast
+from memdoc.forecast.live import ForecastingSink
+from memdoc.forecast.summary import forecast_in_force
+from memdoc.trace import load_trace
+from memdoc.trace.model import SCHEMA_VERSION, Event, EventKind, Header, Metric, SeriesKey
+from memdoc.trace.writer import TraceWriter
+
+MiB = 1 << 20
+PID = 4242
+START = 1_700_000_000.0
+VMS = SeriesKey(Metric.HOST_VMS, pid=PID)
+CAP = SeriesKey(Metric.HOST_RLIMIT_AS, pid=PID)
+
+
+def recorded(tmp_path: Path, peaks: list[float], *, cap: float = 1000 * MiB) -> Path:
+    """Write a trace the way `memdoc run` does: samples between step events."""
+    path = tmp_path / "run.memdoc"
+    header = Header(version=SCHEMA_VERSION, created_unix=START, memdoc_version="test")
+    writer = TraceWriter(path, header)
+    ticks = itertools.count(0, 2.0)  # a clock that lets every step recompute
+    sink = ForecastingSink(writer, start_unix=START, clock=lambda: float(next(ticks)))
+    for step, peak in enumerate(peaks, 1):
+        t = START + step
+        sink.samples(t - 0.5, {VMS: peak - 2 * MiB, CAP: cap})
+        sink.samples(t - 0.3, {VMS: peak})
+        sink.event(Event(t=t, kind=EventKind.STEP, pid=PID, data={"step": step}))
+    writer.close()
+    return path
+
+
+def forecast_events(path: Path) -> list[Event]:
+    return load_trace(path).events(EventKind.FORECAST)
+
+
+def test_a_leak_is_forecast_once_while_it_holds_steady(tmp_path: Path) -> None:
+    path = recorded(tmp_path, [300 * MiB + 5 * MiB * i for i in range(60)])
+    events = forecast_events(path)
+    assert len(events) == 1
+    said = Forecast.from_data(events[0].data)
+    assert said is not None
+    # 300 MiB + 5 MiB × (step - 1) reaches the 1000 MiB cap at step 141.
+    assert abs(said.oom_step - 141) <= 2
+    assert said.limit_label == "address-space cap (RLIMIT_AS)"
+    assert said.t_s == events[0].t  # seconds since the trace started, as event times
+    assert said.pid == PID
+
+
+def test_samples_and_steps_reach_the_trace_unchanged(tmp_path: Path) -> None:
+    trace = load_trace(recorded(tmp_path, [300 * MiB + 5 * MiB * i for i in range(20)]))
+    assert len(trace.steps()) == 20
+    vms = trace.series(Metric.HOST_VMS, pid=PID)
+    assert vms is not None and len(vms) == 40
+
+
+def test_a_leak_that_stops_clears_the_forecast(tmp_path: Path) -> None:
+    peaks = [300 * MiB + 5 * MiB * i for i in range(30)] + [445 * MiB] * 150
+    events = forecast_events(recorded(tmp_path, peaks))
+    assert [e.data["state"] for e in events][0] == "likely"
+    assert events[-1].data["state"] == "cleared"
+    trace = load_trace(tmp_path / "run.memdoc")
+    assert forecast_in_force(trace, events[0].t) is not None
+    assert forecast_in_force(trace, trace.last_t) is None
+
+
+def test_a_faster_leak_moves_the_forecast(tmp_path: Path) -> None:
+    peaks = [300 * MiB + 2 * MiB * i for i in range(40)]
+    peaks += [peaks[-1] + 12 * MiB * i for i in range(1, 40)]
+    events = forecast_events(recorded(tmp_path, peaks, cap=1200 * MiB))
+    said = [Forecast.from_data(e.data) for e in events if e.data["state"] == "likely"]
+    assert len(said) >= 2
+    assert said[-1] is not None and said[0] is not None
+    assert said[-1].oom_step < said[0].oom_step
+
+
+def test_flat_memory_writes_no_forecast(tmp_path: Path) -> None:
+    assert forecast_events(recorded(tmp_path, [500 * MiB + (i % 4) * MiB for i in range(80)])) == []
+
+
+class BrokenClock:
+    """A clock that fails: whatever breaks inside the forecast must stay inside it."""
+
+    def __call__(self) -> float:
+        raise RuntimeError("clock broke")
+
+
+def test_a_failing_forecast_never_reaches_the_program_and_the_trace_goes_on(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "run.memdoc"
+    header = Header(version=SCHEMA_VERSION, created_unix=START, memdoc_version="test")
+    writer = TraceWriter(path, header)
+    sink = ForecastingSink(writer, start_unix=START, clock=BrokenClock())
+    sink.samples(START + 0.5, {VMS: float("nan"), CAP: 1000 * MiB})
+    sink.samples(START + 0.6, {VMS: 300 * MiB})
+    for step in (1, 2, 3):
+        sink.event(Event(t=START + step, kind=EventKind.STEP, pid=PID, data={"step": step}))
+    writer.close()
+    assert sink.failed
+    assert len(load_trace(path).steps()) == 3

@@ -1,0 +1,117 @@
+"""Forecasts from per-step peaks: the crossing step, its interval, and when there is none."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from memdoc.forecast import Forecast, NoForecast, StepSeries, assess, forecast
+from memdoc.forecast.model import NO_GROWTH, NO_LIMIT, TOO_FEW_STEPS
+from memdoc.forecast.predict import analyse
+from memdoc.trace import load_trace
+
+MiB = 1 << 20
+
+
+def series(peaks: list[float], *, limit: float = 1000 * MiB, dt: float = 0.5) -> StepSeries:
+    steps = list(range(1, len(peaks) + 1))
+    return StepSeries(
+        metric="torch.reserved",
+        limit_bytes=limit,
+        limit_label="GPU 0 total",
+        steps=steps,
+        times_s=[2.0 + dt * s for s in steps],
+        peak_bytes=peaks,
+        device=0,
+    )
+
+
+def leak(n: int, *, start: float = 200 * MiB, per_step: float = 4 * MiB, noise: float = 0.0):
+    rng = random.Random(3)
+    return [start + per_step * i + rng.gauss(0, noise) for i in range(n)]
+
+
+def test_a_steady_leak_is_forecast_to_cross_at_the_right_step_and_time() -> None:
+    result = analyse(series(leak(60, noise=2 * MiB)))
+    assert isinstance(result, Forecast)
+    # 200 MiB + 4 MiB × (step - 1) reaches 1000 MiB at step 201.
+    assert result.oom_step == pytest.approx(201, abs=4)
+    assert result.oom_step_early <= 201 <= result.oom_step_late
+    assert result.seconds_per_step == pytest.approx(0.5)
+    assert result.eta_s == pytest.approx((result.oom_step - 60) * 0.5)
+    assert result.limit_label == "GPU 0 total"
+
+
+def test_the_optimizer_jump_at_the_first_steps_is_not_taken_for_growth() -> None:
+    flat = [300 * MiB] * 3 + [700 * MiB + (i % 3) * MiB for i in range(40)]
+    result = analyse(series(flat))
+    assert isinstance(result, NoForecast)
+    assert result.reason == NO_GROWTH
+
+
+def test_noise_around_a_flat_line_says_no_growth() -> None:
+    rng = random.Random(11)
+    result = analyse(series([500 * MiB + rng.gauss(0, 30 * MiB) for _ in range(80)]))
+    assert isinstance(result, NoForecast)
+    assert result.reason == NO_GROWTH
+    assert "no growth" in result.detail
+
+
+def test_too_few_steps_make_no_forecast() -> None:
+    result = analyse(series(leak(5)))
+    assert isinstance(result, NoForecast)
+    assert result.reason == TOO_FEW_STEPS
+
+
+def test_no_limit_makes_no_forecast() -> None:
+    result = analyse(series(leak(30), limit=0))
+    assert isinstance(result, NoForecast)
+    assert result.reason == NO_LIMIT
+
+
+def test_the_limit_crossed_first_wins() -> None:
+    slow = series(leak(40, per_step=1 * MiB))
+    fast = series(leak(40, per_step=8 * MiB), limit=2000 * MiB)
+    best = forecast([slow, fast])
+    assert best is not None
+    assert best.oom_step == min(
+        r.oom_step for r in (analyse(slow), analyse(fast)) if isinstance(r, Forecast)
+    )
+
+
+def test_forecast_returns_none_and_assess_says_why() -> None:
+    flat = series([400 * MiB] * 50)
+    assert forecast(flat) is None
+    reason = assess(flat)
+    assert isinstance(reason, NoForecast) and reason.reason == NO_GROWTH
+
+
+def test_the_event_data_round_trips() -> None:
+    result = analyse(series(leak(40)))
+    assert isinstance(result, Forecast)
+    assert Forecast.from_data({"state": "likely", **result.to_data()}) == result
+    assert Forecast.from_data({"metric": "x"}) is None
+
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "rules" / "leak-across-steps"
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        pytest.param("hit-allocated-grows.memdoc", "GPU 0 total", id="gpu-allocated-grows"),
+        pytest.param("hit-host-rss-grows.memdoc", "host RAM", id="host-rss-grows"),
+        pytest.param("miss-flat-with-noise.memdoc", NO_GROWTH, id="flat-with-noise"),
+        pytest.param("miss-one-jump-mid-run.memdoc", NO_GROWTH, id="one-jump-mid-run"),
+        pytest.param("miss-warmup-then-plateau.memdoc", TOO_FEW_STEPS, id="warmup-plateau"),
+    ],
+)
+def test_the_leak_rule_fixtures_forecast_where_memory_grows(name: str, expected: str) -> None:
+    result = assess(load_trace(FIXTURES / name))
+    if isinstance(result, Forecast):
+        assert result.limit_label == expected
+        assert result.growth_bytes_per_step > 0
+    else:
+        assert result is not None and result.reason == expected
