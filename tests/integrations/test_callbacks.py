@@ -79,3 +79,15 @@ def test_keras_fit_records_each_batch_as_a_step(tmp_path: Path) -> None:
     assert len(trace.steps()) == outcome["batches"] == 8
     assert _labels(trace) == ["epoch 0", "eval", "train", "epoch 1", "eval", "train"]
     assert outcome["diagnosis"] is None
+
+
+@pytest.mark.slow
+@pytest.mark.tensorflow
+def test_keras_resource_exhausted_ending_the_fit_is_recorded_and_diagnosed(tmp_path: Path) -> None:
+    cap = {"TF_CPU_ALLOCATOR_USE_BFC": "true", "TF_CPU_BFC_MEM_LIMIT_IN_MB": "64"}
+    outcome, trace, stderr = _fit("keras_fit.py", tmp_path, "oom", env=cap)
+
+    assert outcome["error"].startswith("ResourceExhaustedError")
+    assert len(trace.events(EventKind.OOM)) == 1
+    assert "[20000000, 2]" in outcome["diagnosis"]
+    assert stderr.count("[20000000, 2] (float) needed") == 1
