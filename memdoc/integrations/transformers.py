@@ -44,8 +44,12 @@ class MemdocCallback(TrainerCallback):
         self.recording.finish(exc)
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if state.is_world_process_zero or self.recording.asked_path is None:
-            self.recording.start()
+        asked = self.recording.asked_path
+        if not state.is_world_process_zero and asked is not None:
+            # One trace per process: the asked name with the rank in it.
+            rank = os.environ.get("RANK", str(os.getpid()))
+            self.recording.asked_path = asked.with_name(f"{asked.stem}-rank{rank}{asked.suffix}")
+        self.recording.start()
 
     def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         epoch = int(state.epoch or 0)

@@ -32,6 +32,7 @@ resource.setrlimit(resource.RLIMIT_AS, (size_bytes + 2 * 2**30, hard))
 """
 OOM = "%%memdoc oom.memdoc --report\ntorch.empty(8 * 2**30, dtype=torch.uint8)"
 AFTER = "print('kernel still alive')"
+BAD = "%%memdoc one.memdoc two.memdoc\nprint('not run')"
 
 
 @pytest.fixture
@@ -63,7 +64,7 @@ def test_cell_magic_shows_the_diagnosis_and_links_the_report(
     tmp_path: Path, kernel_env: None
 ) -> None:
     notebook = nbformat.v4.new_notebook()
-    cells = [SETUP, LOOP, CAP, OOM, AFTER]
+    cells = [SETUP, LOOP, CAP, OOM, AFTER, BAD]
     notebook.cells = [nbformat.v4.new_code_cell(source) for source in cells]
     client = NotebookClient(
         notebook,
@@ -86,3 +87,6 @@ def test_cell_magic_shows_the_diagnosis_and_links_the_report(
     assert (tmp_path / "oom.html").exists()
     assert 'href="' in oom_text and "oom.html" in oom_text
     assert "kernel still alive" in _texts(after)
+    bad = _texts(notebook.cells[5])
+    assert "usage: %%memdoc [TRACE] [--report]" in bad
+    assert "not run" not in bad and "Traceback" not in bad
