@@ -33,6 +33,7 @@ resource.setrlimit(resource.RLIMIT_AS, (size_bytes + 2 * 2**30, hard))
 OOM = "%%memdoc oom.memdoc --report\ntorch.empty(8 * 2**30, dtype=torch.uint8)"
 AFTER = "print('kernel still alive')"
 BAD = "%%memdoc one.memdoc two.memdoc\nprint('not run')"
+MISSING = "%memdoc_report missing.memdoc"
 
 
 @pytest.fixture
@@ -64,7 +65,7 @@ def test_cell_magic_shows_the_diagnosis_and_links_the_report(
     tmp_path: Path, kernel_env: None
 ) -> None:
     notebook = nbformat.v4.new_notebook()
-    cells = [SETUP, LOOP, CAP, OOM, AFTER, BAD]
+    cells = [SETUP, LOOP, CAP, OOM, AFTER, BAD, MISSING]
     notebook.cells = [nbformat.v4.new_code_cell(source) for source in cells]
     client = NotebookClient(
         notebook,
@@ -90,3 +91,8 @@ def test_cell_magic_shows_the_diagnosis_and_links_the_report(
     bad = _texts(notebook.cells[5])
     assert "usage: %%memdoc [TRACE] [--report]" in bad
     assert "not run" not in bad and "Traceback" not in bad
+    missing = _texts(notebook.cells[6])
+    assert "memdoc: missing.memdoc: no such file" in missing
+    assert "Traceback" not in missing and "error" not in {
+        o.output_type for o in notebook.cells[6].outputs
+    }
