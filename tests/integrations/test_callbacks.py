@@ -61,6 +61,14 @@ def test_lightning_fit_records_each_optimizer_step_and_each_phase(tmp_path: Path
 
 
 @pytest.mark.slow
+def test_lightning_counts_an_accumulated_step_once(tmp_path: Path) -> None:
+    outcome, trace, _ = _fit("lightning_fit.py", tmp_path, "accumulate")
+
+    assert outcome["global_step"] == 2  # 3 batches an epoch, one optimizer step
+    assert [e.data["global_step"] for e in _user_steps(trace)] == [1, 2]
+
+
+@pytest.mark.slow
 def test_lightning_oom_ending_the_fit_is_recorded_and_diagnosed_once(tmp_path: Path) -> None:
     outcome, trace, stderr = _fit("lightning_fit.py", tmp_path, "oom")
 

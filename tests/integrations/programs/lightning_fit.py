@@ -41,6 +41,7 @@ trainer = L.Trainer(
     enable_checkpointing=False,
     enable_progress_bar=False,
     enable_model_summary=False,
+    accumulate_grad_batches=3 if mode == "accumulate" else 1,
 )
 if mode == "oom":
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
