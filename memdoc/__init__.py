@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from memdoc.api import mark, step, watch
 from memdoc.version import __version__
@@ -11,7 +11,7 @@ from memdoc.version import __version__
 if TYPE_CHECKING:
     from memdoc.run.headroom import Headroom
 
-__all__ = ["__version__", "headroom", "mark", "step", "watch"]
+__all__ = ["__version__", "headroom", "load_ipython_extension", "mark", "step", "watch"]
 
 
 def headroom(
@@ -35,3 +35,10 @@ def headroom(
     from memdoc.run.headroom import find_headroom
 
     return find_headroom(command, sizes, steps=steps, margin=margin, multiple_of=multiple_of)
+
+
+def load_ipython_extension(shell: Any) -> None:
+    """`%load_ext memdoc` in IPython or Jupyter: the `%%memdoc` cell magic and friends."""
+    from memdoc.integrations.jupyter import load_ipython_extension as load
+
+    load(shell)

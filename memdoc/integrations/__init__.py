@@ -1,0 +1,1 @@
+"""memdoc inside training frameworks: Lightning, Hugging Face Trainer, Keras and Jupyter."""

@@ -1,0 +1,140 @@
+"""One recorded fit: the watch a training-framework callback opens, steps, marks and closes."""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from memdoc.api import watch
+from memdoc.session import DEFAULT_INTERVAL_S
+
+
+def fresh_trace_path(prefix: str, directory: str | os.PathLike[str] = ".") -> Path:
+    """`memdoc-PREFIX-YYYYmmdd-HHMMSS-PID.memdoc`, with `-N` added until the name is free."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = Path(directory) / f"memdoc-{prefix}-{stamp}-{os.getpid()}"
+    path = base.with_suffix(".memdoc")
+    number = 1
+    while path.exists():
+        path = Path(f"{base}-{number}.memdoc")
+        number += 1
+    return path
+
+
+class FitRecording:
+    """The trace of one fit. Callbacks forward the framework's hooks here.
+
+    The watch is opened at fit start and closed at fit end, or when an exception ends the
+    fit: the exception is recorded (an OOM with its parsed fields), the diagnosis is printed
+    once to stderr and kept in `diagnosis`; the exception itself is left to propagate.
+    """
+
+    def __init__(
+        self,
+        prefix: str,
+        path: str | os.PathLike[str] | None,
+        *,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        quiet: bool = False,
+    ) -> None:
+        self.prefix = prefix
+        self.asked_path = Path(path) if path is not None else None
+        self.interval_s = interval_s
+        self.quiet = quiet
+        self.path: Path | None = None
+        self.summary: str | None = None
+        self.diagnosis: str | None = None
+        self._watch: watch | None = None
+        self._lock = threading.Lock()
+        self._previous_excepthook: Any = None
+
+    @property
+    def active(self) -> bool:
+        return self._watch is not None
+
+    def start(self) -> None:
+        """Open the trace (a fresh name unless one was given); a second start is ignored."""
+        with self._lock:
+            if self._watch is not None:
+                return
+            path = self.asked_path or fresh_trace_path(self.prefix)
+            recording = watch(path, interval=self.interval_s, quiet=True)
+            try:
+                recording.__enter__()
+            except Exception as exc:  # memdoc's failure never becomes the training's
+                print(f"memdoc: warning: cannot record to {path}: {exc}", file=sys.stderr)
+                return
+            self._watch = recording
+            self.path = recording.path
+            self.summary = None
+            self.diagnosis = None
+        self._install_excepthook()
+
+    def step(self, **data: Any) -> None:
+        recording = self._watch
+        if recording is not None:
+            recording.step(**data)
+
+    def mark(self, label: str, **data: Any) -> None:
+        recording = self._watch
+        if recording is not None:
+            recording.mark(label, **data)
+
+    def finish(self, exc: BaseException | None = None) -> None:
+        """Close the trace, recording `exc` when it ended the fit; print the outcome once."""
+        with self._lock:
+            recording, self._watch = self._watch, None
+        if recording is None:
+            return
+        self._remove_excepthook()
+        tb: TracebackType | None = exc.__traceback__ if exc is not None else None
+        try:
+            recording.__exit__(type(exc) if exc is not None else None, exc, tb)
+        except Exception as error:
+            print(f"memdoc: warning: {recording.path}: {error}", file=sys.stderr)
+            return
+        text = _summary_text(recording.path)
+        self.summary = text
+        if exc is not None:
+            self.diagnosis = text
+        if text and not self.quiet:
+            sys.stderr.write(text if text.endswith("\n") else text + "\n")
+            sys.stderr.flush()
+
+    # An exception that leaves `fit` gives these frameworks no hook (Keras, the Hugging
+    # Face Trainer): when nobody catches it, the interpreter's excepthook still sees it.
+    def _install_excepthook(self) -> None:
+        self._previous_excepthook = sys.excepthook
+        sys.excepthook = self._excepthook
+
+    def _remove_excepthook(self) -> None:
+        if sys.excepthook == self._excepthook and self._previous_excepthook is not None:
+            sys.excepthook = self._previous_excepthook
+        self._previous_excepthook = None
+
+    def _excepthook(
+        self,
+        exc_type: type[BaseException],
+        exc: BaseException,
+        tb: TracebackType | None,
+    ) -> None:
+        previous = self._previous_excepthook or sys.__excepthook__
+        previous(exc_type, exc, tb)  # the traceback first, as without memdoc
+        self.finish(exc)
+
+
+def _summary_text(path: Path) -> str:
+    from memdoc.report.summary import print_end_of_run
+
+    stream = io.StringIO()
+    try:
+        print_end_of_run([path], stream=stream)
+    except Exception as exc:
+        return f"memdoc: trace written to {path} (no summary: {exc})\n"
+    return stream.getvalue()

@@ -1,0 +1,80 @@
+"""A Hugging Face `TrainerCallback` that records training: steps, epochs, evaluation, the OOM."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from transformers import TrainerCallback
+
+from memdoc.integrations.fit import FitRecording
+from memdoc.session import DEFAULT_INTERVAL_S
+
+
+class MemdocCallback(TrainerCallback):
+    """Record memory during `trainer.train()`: `Trainer(..., callbacks=[MemdocCallback()])`.
+
+    Each optimizer step (`state.global_step`) is a memdoc step, each epoch a mark
+    (`epoch N`), evaluation a mark (`eval` at its first batch, `train` once it is done).
+    The Trainer has no hook for an exception: an OOM that nobody catches is recorded when
+    it reaches the interpreter, or call `finish(exc)` where you catch it. The diagnosis is
+    printed once and kept in `diagnosis`.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        quiet: bool = False,
+    ) -> None:
+        self.recording = FitRecording("transformers", path, interval_s=interval_s, quiet=quiet)
+        self._in_eval = False
+
+    @property
+    def path(self) -> Any:
+        return self.recording.path
+
+    @property
+    def diagnosis(self) -> str | None:
+        return self.recording.diagnosis
+
+    def finish(self, exc: BaseException | None = None) -> None:
+        """Close the trace now, recording `exc` as what ended training."""
+        self.recording.finish(exc)
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        asked = self.recording.asked_path
+        if not state.is_world_process_zero and asked is not None:
+            # One trace per process: the asked name with the rank in it.
+            rank = os.environ.get("RANK", str(os.getpid()))
+            self.recording.asked_path = asked.with_name(f"{asked.stem}-rank{rank}{asked.suffix}")
+        self.recording.start()
+
+    def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        epoch = int(state.epoch or 0)
+        self.recording.mark(f"epoch {epoch}", epoch=epoch)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.recording.step(global_step=int(state.global_step))
+
+    def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not self._in_eval:
+            self._in_eval = True
+            self.recording.mark("eval")
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._end_eval()
+
+    def on_predict(
+        self, args: Any, state: Any, control: Any, metrics: Any = None, **kwargs: Any
+    ) -> None:
+        self._end_eval()
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.recording.finish()
+
+    def _end_eval(self) -> None:
+        if self._in_eval:
+            self._in_eval = False
+            self.recording.mark("train", after="eval")

@@ -1,0 +1,50 @@
+"""The Hugging Face callback, driven by transformers' own CallbackHandler on a tiny random BERT."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memdoc.trace import load_run
+from memdoc.trace.model import EventKind
+
+PROGRAM = Path(__file__).resolve().parent / "programs" / "transformers_loop.py"
+
+
+def _train(tmp_path: Path, mode: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(PROGRAM), str(tmp_path / "t.memdoc"), mode, str(tmp_path / "r.json")],
+        cwd=tmp_path,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.mark.slow
+def test_trainer_callback_records_steps_epochs_and_evaluation(tmp_path: Path) -> None:
+    done = _train(tmp_path, "fit")
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    trace = load_run([tmp_path / "t.memdoc"]).primary
+    steps = [e for e in trace.steps() if e.data.get("source") == "user"]
+    assert [e.data["global_step"] for e in steps] == [1, 2, 3, 4, 5, 6]
+    labels = [e.data["label"] for e in trace.marks()]
+    assert labels == ["epoch 0", "eval", "train", "epoch 1", "eval", "train"]
+
+
+@pytest.mark.slow
+def test_uncaught_oom_in_training_is_recorded_after_the_traceback(tmp_path: Path) -> None:
+    done = _train(tmp_path, "oom")
+
+    assert done.returncode == 1
+    assert "DefaultCPUAllocator: can't allocate memory" in done.stderr
+    assert done.stderr.index("Traceback") < done.stderr.index("out of host memory")
+    assert done.stderr.count("out of host memory") == 1
+    trace = load_run([tmp_path / "t.memdoc"]).primary
+    assert len(trace.events(EventKind.OOM)) == 1
