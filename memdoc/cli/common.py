@@ -39,6 +39,22 @@ def internal_error(exc: Exception) -> MemdocError:
     )
 
 
+def failing_in_one_line(
+    command: Callable[[argparse.Namespace], int],
+) -> Callable[[argparse.Namespace], int]:
+    """`command`, with any failure of memdoc's own turned into one line and status 1."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except (MemdocError, BrokenPipeError):
+            raise
+        except Exception as exc:  # one line and status 1, never a traceback
+            raise internal_error(exc) from exc
+
+    return run
+
+
 if TYPE_CHECKING:
     from rich.console import Console
 

@@ -10,10 +10,9 @@ from typing import Any
 from memdoc.cli.common import (
     FINDINGS_EXIT_HELP,
     expand_folders,
+    failing_in_one_line,
     findings_exit_code,
-    internal_error,
 )
-from memdoc.errors import MemdocError
 from memdoc.trace.reader import Run, Trace
 
 NAME = "diagnose"
@@ -35,16 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+@failing_in_one_line
 def run(args: argparse.Namespace) -> int:
-    try:
-        return _run(args)
-    except (MemdocError, BrokenPipeError):
-        raise
-    except Exception as exc:  # one line and status 1, never a traceback
-        raise internal_error(exc) from exc
-
-
-def _run(args: argparse.Namespace) -> int:
     # Imported here: every `memdoc` command builds the parser, few need the report.
     from memdoc.cli.common import print_unpadded
     from memdoc.report.data import ReportData

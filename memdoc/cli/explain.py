@@ -11,8 +11,8 @@ from rich.text import Text
 
 from memdoc.cli.common import (
     FINDINGS_EXIT_HELP,
+    failing_in_one_line,
     findings_exit_code,
-    internal_error,
     print_unpadded,
     read_text_input,
     warn,
@@ -53,16 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+@failing_in_one_line
 def run(args: argparse.Namespace) -> int:
-    try:
-        return _run(args)
-    except (MemdocError, BrokenPipeError):
-        raise
-    except Exception as exc:  # one line and status 1, never a traceback
-        raise internal_error(exc) from exc
-
-
-def _run(args: argparse.Namespace) -> int:
     if args.file is None and sys.stdin.isatty():
         raise MemdocError(
             "no error text given",
