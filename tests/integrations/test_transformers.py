@@ -1,7 +1,8 @@
-"""The Hugging Face callback, driven by transformers' own CallbackHandler on a tiny random BERT."""
+"""The Hugging Face callback on a tiny random BERT: a real Trainer, and the CallbackHandler."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -12,7 +13,8 @@ import pytest
 from memdoc.trace import load_run
 from memdoc.trace.model import EventKind
 
-PROGRAM = Path(__file__).resolve().parent / "programs" / "transformers_loop.py"
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+PROGRAM = PROGRAMS / "transformers_loop.py"
 
 
 def _train(tmp_path: Path, mode: str) -> subprocess.CompletedProcess[str]:
@@ -48,3 +50,40 @@ def test_uncaught_oom_in_training_is_recorded_after_the_traceback(tmp_path: Path
     assert done.stderr.count("out of host memory") == 1
     trace = load_run([tmp_path / "t.memdoc"]).primary
     assert len(trace.events(EventKind.OOM)) == 1
+
+
+@pytest.mark.slow
+def test_real_trainer_records_one_step_per_global_step_and_each_evaluation(
+    tmp_path: Path,
+) -> None:
+    program = PROGRAMS / "transformers_trainer.py"
+    done = subprocess.run(
+        [sys.executable, str(program), str(tmp_path / "t.memdoc"), str(tmp_path / "out"), "r.json"],
+        cwd=tmp_path,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    outcome = json.loads((tmp_path / "r.json").read_text())
+    assert outcome["global_step"] == 6
+    assert outcome["diagnosis"] is None
+    trace = load_run([tmp_path / "t.memdoc"]).primary
+    steps = [e for e in trace.steps() if e.data.get("source") == "user"]
+    assert [e.data["global_step"] for e in steps] == list(range(1, outcome["global_step"] + 1))
+    marks = trace.marks()
+    # 4 examples in batches of 2: two steps an epoch, evaluation after steps 3 and 6.
+    assert [e.data["label"] for e in marks] == [
+        "epoch 0",
+        "epoch 1",
+        "eval",
+        "train",
+        "epoch 2",
+        "eval",
+        "train",
+    ]
+    evals = [e.t for e in marks if e.data["label"] == "eval"]
+    assert steps[2].t <= evals[0] <= steps[3].t
+    assert steps[5].t <= evals[1]

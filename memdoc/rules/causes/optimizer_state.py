@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals
 from memdoc.rules.facts import Failure, failure, frameworks, innermost_frames, step_curve
@@ -22,6 +24,11 @@ RATIO_TOLERANCE = 0.35
 _OPTIMIZER_FILES = r"torch[/\\]optim[/\\]|optax|keras[/\\].*optimizers|bitsandbytes[/\\]optim"
 # Where optimizers create their per-parameter state on the first step.
 _STATE_INIT = r"_init_group|_init_state|init_state|_lazy_init|_create_slots|add_slot|build"
+# A closure the optimizer's step calls back into: the training step's forward and backward
+# (Lightning runs `training_step` this way, and so does `optimizer.step(closure)`).
+_CLOSURE_FUNCTIONS = re.compile(
+    r".*closure.*|.*training_step|forward|backward|_call_impl|_wrapped_call_impl", re.IGNORECASE
+)
 _OPTIMIZER_TEXT = (
     r"/(?:Adam|AdamW|Adagrad|RMSProp|Momentum)(?:_\d+)?/|Adam/Initializer|optimizer\.step\("
     r"|_init_group|_multi_tensor_adam"
@@ -44,7 +51,9 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
 """
     confirm = """
 - The error is raised inside `optimizer.step()` (`torch/optim/adam.py`, `_init_group`) or,
-  in TensorFlow, while creating `Adam` slot variables.
+  in TensorFlow, while creating `Adam` slot variables. An error in a closure that the step
+  calls (Lightning's `training_step`, `optimizer.step(closure)`) is the forward or backward
+  pass, not the optimizer's state.
 - Memory jumps at the first step by about twice the parameter bytes (`memdoc run` records
   parameter and optimizer-state bytes).
 """
@@ -123,7 +132,7 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
             found = self._recorded(trace, fail)
             if found is not None:
                 return found
-        if fail is None:
+        if fail is None or _in_closure(fail):
             return None
         in_optimizer = fail.in_frames(file_pattern=_OPTIMIZER_FILES) or fail.says(_OPTIMIZER_TEXT)
         if not in_optimizer:
@@ -161,7 +170,9 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
         adam_like = abs(ratio - ADAM_RATIO) <= RATIO_TOLERANCE * ADAM_RATIO
         total = trace.device_total_bytes(device) if device is not None else None
         steps = trace.steps()
-        failed_first = fail is not None and (not steps or fail.t <= steps[0].t)
+        failed_first = (
+            fail is not None and not _in_closure(fail) and (not steps or fail.t <= steps[0].t)
+        )
         if not adam_like and not failed_first:
             return None
         evidence: list[Evidence] = [
@@ -185,6 +196,16 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
         else:
             return None
         return self.finding(trace, signals, summary, evidence, frameworks=frameworks(trace))
+
+
+def _in_closure(fail: Failure) -> bool:
+    """True when the error came from a closure the optimizer's step called, not the optimizer."""
+    files = re.compile(_OPTIMIZER_FILES, re.IGNORECASE)
+    inner = [i for i, file in enumerate(fail.files) if files.search(file)]
+    if not inner:
+        return False
+    called = fail.functions[inner[-1] + 1 :]
+    return any(_CLOSURE_FUNCTIONS.fullmatch(function) for function in called)
 
 
 def _model_state(trace: Trace) -> tuple[float, float, int | None]:
