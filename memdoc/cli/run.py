@@ -124,15 +124,15 @@ def run(args: argparse.Namespace) -> int:
     if not args.interval > 0:
         raise MemdocError("--interval must be a positive number of seconds")
     command, display = program_command(args)
-    if args.live:
-        from memdoc.cli.live import require_terminal
-
-        require_terminal()  # before the program starts: it would run with no one to see it
     identity = job_identity(os.environ, command)
     output = _output_path(args.output, identity.trace_name(os.getpid()))
     check_output_path(output, force=args.force)
-    if args.live:  # the program's output goes to a log beside the trace: the same rule
+    if args.live:
+        from memdoc.cli.live import require_terminal
+
+        # The program's output goes to a log beside the trace: the same rule.
         check_output_path(output.with_suffix(".log"), force=args.force)
+        require_terminal()  # before the program starts: it would run with no one to see it
     report_path = _report_path(args, output)
     options = RunOptions(
         command=command,

@@ -89,7 +89,8 @@ def _head(path: Path) -> tuple[bytes, bool]:
     try:
         with open(path, "rb") as stream:
             raw = stream.read(_HEAD_BYTES)
-    except FileNotFoundError:
+    except (FileNotFoundError, UnicodeEncodeError, ValueError):
+        # A name no file can have (a NUL, a lone surrogate) names no file.
         raise InputError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise InputError(f"{path}: is a folder") from None

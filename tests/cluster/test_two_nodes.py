@@ -97,7 +97,7 @@ def test_diagnose_of_the_folder_names_the_failing_rank_and_node_first(
 ) -> None:
     done = run_memdoc("diagnose", "--json", str(two_nodes.folder))
 
-    assert done.returncode == 0, done.stderr.decode()
+    assert done.returncode == 3, done.stderr.decode()  # 3: a memory problem found
     out = json.loads(done.stdout)
     first = out["findings"][0]
     assert first["rule"] == "rank-failed-first"
@@ -112,7 +112,7 @@ def test_diagnose_of_the_folder_names_the_failing_rank_and_node_first(
 def test_diagnose_in_the_terminal_reads_the_folder(two_nodes: TwoNodeRun) -> None:
     done = run_memdoc("diagnose", str(two_nodes.folder))
 
-    assert done.returncode == 0, done.stderr.decode()
+    assert done.returncode == 3, done.stderr.decode()  # 3: a memory problem found
     text = done.stdout.decode()
     assert "Rank 3 (node 1" in text
     assert "1. One rank failed first" in text
@@ -130,14 +130,14 @@ def test_report_of_the_folder_is_written_inside_it(two_nodes: TwoNodeRun) -> Non
     assert report.is_file()
     assert "Rank 3 (node 1" in report.read_text()
     # The report beside the traces is not read back as a trace next time.
-    assert run_memdoc("diagnose", "--json", str(two_nodes.folder)).returncode == 0
+    assert run_memdoc("diagnose", "--json", str(two_nodes.folder)).returncode == 3
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 def test_live_opens_the_folder_on_the_node_that_failed_first(
     two_nodes: TwoNodeRun, tmp_path: Path
 ) -> None:
-    from tests.tui.test_terminal import Terminal
+    from tests.tui.conftest import Terminal
 
     term = Terminal(tmp_path / "status", (100, 32))
     try:

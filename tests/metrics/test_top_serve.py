@@ -101,7 +101,7 @@ def test_a_scrape_waits_for_a_sample_being_added_and_never_sees_half_of_it(
 def test_in_a_terminal_the_dashboard_runs_and_the_metrics_are_served_beside_it(
     tmp_path: Path,
 ) -> None:
-    from tests.tui.test_terminal import Terminal
+    from tests.tui.conftest import Terminal
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
