@@ -22,13 +22,18 @@ OOM_LINE = (
     b"total capacity of 15.58 GiB of which 71.25 MiB is free.\n"
 )
 TWO_GB = 2 * 2**30
+# The peak is the process's own (VmHWM): getrusage's ru_maxrss survives exec, so a child of
+# a large pytest process would report the parent's size instead of its own.
 _MEASURED = """
-import resource, runpy, sys
+import runpy, sys
+def own_peak_kib():
+    with open("/proc/self/status") as status:
+        return int(next(line.split()[1] for line in status if line.startswith("VmHWM:")))
 sys.argv = ["memdoc", *sys.argv[1:]]
 try:
     runpy.run_module("memdoc", run_name="__main__")
 finally:
-    print("peak_kib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+    print("peak_kib", own_peak_kib(), file=sys.stderr)
 """
 
 

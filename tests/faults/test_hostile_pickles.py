@@ -198,13 +198,16 @@ from memdoc.importers.safe_pickle import RefusedPickle, load_plain_pickle
 # Address space for the load: what the process has now, and HEADROOM more.
 vms = psutil.Process().memory_info().vms
 resource.setrlimit(resource.RLIMIT_AS, (vms + {headroom}, resource.RLIM_INFINITY))
-before_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def own_peak_kib():  # VmHWM, not ru_maxrss: that survives exec and tells the parent's size
+    with open("/proc/self/status") as status:
+        return int(next(line.split()[1] for line in status if line.startswith("VmHWM:")))
+before_kib = own_peak_kib()
 try:
     load_plain_pickle(sys.argv[1])
     print("loaded")
 except RefusedPickle as exc:
     print("refused:", exc.message)
-print("grew_kib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before_kib)
+print("grew_kib", own_peak_kib() - before_kib)
 """
 
 

@@ -235,7 +235,8 @@ _STEPS = {
     ),
 }
 _REPORT_RSS = (
-    "; import resource; print('rss_kib', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    "; print('rss_kib', int(next(l.split()[1] for l in open('/proc/self/status')"
+    " if l.startswith('VmHWM:'))))"
 )
 
 
