@@ -26,9 +26,10 @@ def headroom(
     ("program", "budget_mib", "sizes", "multiple_of", "within"),
     [
         pytest.param("torch_batch.py", "320", "64,128,256", 128, 1, id="pytorch"),
-        # JAX's CPU runtime maps memory in per-thread malloc arenas, so the size that fits
-        # under an address-space cap moves by about one multiple from run to run: the answer
-        # must fit, and two multiples up must not.
+        # The JAX program's border is 704 fits, 768 does not, every run; memdoc's agent maps a
+        # little address space of its own under the same cap, so a probe right at the border
+        # may run out in one run of several, and the answer then is one multiple lower: on
+        # the safe side, never above.
         pytest.param("jax_batch.py", "250", "64,128,256", 64, 2, id="jax"),
     ],
 )
@@ -71,7 +72,8 @@ def test_the_answer_trains_and_the_next_size_up_runs_out(
         STEPS,
         env=STEADY_MALLOC_ENV,
     )
-    assert too_big.returncode != 0
+    next_up = size + within * multiple_of
+    assert too_big.returncode != 0, f"the answer was {size}, and {next_up} trained"
     assert "memory" in too_big.stderr.lower() or "RESOURCE_EXHAUSTED" in too_big.stderr
 
 

@@ -132,8 +132,14 @@ def jax_host_failure(
     rec.end(2.5, exit_code=1)
 
 
-def eval_after_training_on_host(path: Path) -> None:
-    """Six training steps (a warm-up jump, then flat), then evaluation fails in `evaluate`."""
+def eval_after_training_on_host(
+    path: Path, *, resident_at_error: float | None = None, step_rise: float = 40 * MiB
+) -> None:
+    """Six training steps (a warm-up jump, then flat), then evaluation fails in `evaluate`.
+
+    With `resident_at_error`, the sampler saw nothing of the evaluation (a busy machine) and
+    only the process's own reading at the error tells how far memory rose.
+    """
     rec = Recorder(path)
     _framework(rec, 0.5, "pytorch")
     rec.sample(0.6, {SeriesKey(Metric.HOST_TOTAL): HOST_RAM})
@@ -142,11 +148,16 @@ def eval_after_training_on_host(path: Path) -> None:
         rec,
         6,
         baseline=lambda k: plateau[k] * MiB,
-        rise=lambda k: 40 * MiB,
+        rise=lambda k: step_rise,
         metric=Metric.HOST_RSS,
     )
-    rec.sample(t + 0.05, {SeriesKey(Metric.HOST_RSS): 609 * MiB})
-    rec.oom(t + 0.1, _torch_cpu_oom(29_826_048), EVALUATE)
+    oom = _torch_cpu_oom(29_826_048)
+    if resident_at_error is None:
+        rec.sample(t + 0.05, {SeriesKey(Metric.HOST_RSS): 609 * MiB})
+        rec.oom(t + 0.1, oom, EVALUATE)
+    else:
+        host = {"rss_bytes": int(resident_at_error), "address_space_bytes": int(1286 * MiB)}
+        rec.event(t + 0.1, EventKind.OOM, oom=oom.to_dict(), stack=list(EVALUATE), host=host)
     rec.end(t + 1.0, exit_code=1)
 
 

@@ -12,8 +12,8 @@ from memdoc.rules.registry import RULES
 from memdoc.rules.words import explain_in_words
 from memdoc.trace import load_trace
 from tests.rules.fixture_cases import RULE_FIXTURES
-from tests.rules.host_scenarios import RANK_PIDS
-from tests.rules.recorder import Recorder
+from tests.rules.host_scenarios import RANK_PIDS, eval_after_training_on_host
+from tests.rules.recorder import MiB, Recorder
 
 
 def _finding(text: str, slug: str) -> float | None:
@@ -90,6 +90,29 @@ def test_evaluation_frames_point_at_autograd_only_in_pytorch() -> None:
     )
 
     assert _finding(tf_predict, "eval-without-no-grad") is None
+
+
+@pytest.mark.parametrize(
+    ("resident_at_error_mib", "word"),
+    [
+        # Evaluation drove the process from 527 to 650 MiB, twice what a training step adds.
+        pytest.param(650, "likely", id="rose-as-training-does"),
+        # Near miss: at the error the process held what training left, and the failed request
+        # (28 MiB) is less than a training step adds (60 MiB): only the frames speak.
+        pytest.param(527, "possible", id="did-not-rise"),
+    ],
+)
+def test_evaluation_the_sampler_missed_is_measured_by_the_failing_process(
+    tmp_path: Path, resident_at_error_mib: int, word: str
+) -> None:
+    path = tmp_path / "eval.memdoc"
+    eval_after_training_on_host(
+        path, resident_at_error=resident_at_error_mib * MiB, step_rise=60 * MiB
+    )
+
+    found = [f for f in diagnose(load_trace(path)) if f.rule == "eval-without-no-grad"]
+
+    assert found and confidence_word(found[0].confidence) == word
 
 
 def _fix_titles(text: str, slug: str) -> list[str]:

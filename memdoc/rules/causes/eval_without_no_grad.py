@@ -24,7 +24,7 @@ from memdoc.rules.spec import (
     ratio_evidence,
     snippet,
 )
-from memdoc.trace.model import Event
+from memdoc.trace.model import Event, Metric
 from memdoc.trace.reader import Series, Trace
 from memdoc.units import format_bytes
 
@@ -160,7 +160,8 @@ graph alive for as long as they are referenced, for example in a list of predict
         train_rise = statistics.median(rises) if rises else 0.0
         if series is None or train_rise <= 0 or not spans:
             return None
-        eval_rise = max(_rise(series, peaks, span, fail) for span in spans)
+        at_error = _read_at_error(curve.metric, curve.pid, fail)
+        eval_rise = max(_rise(series, peaks, span, fail, at_error) for span in spans)
         if eval_rise < SAME_AS_TRAINING * train_rise:
             return None
         failed_in_eval = fail is not None and any(s.t0 <= fail.t <= s.t1 for s in spans)
@@ -254,7 +255,28 @@ def _grad_off(mark: Event) -> bool:
     return mark.data.get("grad_enabled") is False
 
 
-def _rise(series: Series, peaks: Series | None, span: _Span, fail: Failure | None) -> float:
+# The failing process's own reading at the error, by the host metric a step curve follows.
+_AT_ERROR_KEYS = {Metric.HOST_VMS: "address_space_bytes", Metric.HOST_RSS: "rss_bytes"}
+
+
+def _read_at_error(metric: str, pid: int | None, fail: Failure | None) -> float | None:
+    """What the failing process itself read of `metric` at the error, when the curve is its
+    own host memory or its process tree's (which holds at least as much): exact however busy
+    the machine, where the last sample before the error may come long before it."""
+    key = _AT_ERROR_KEYS.get(metric)
+    if fail is None or key is None or pid not in (None, fail.pid):
+        return None
+    value = fail.host.get(key)
+    return float(value) if value else None
+
+
+def _rise(
+    series: Series,
+    peaks: Series | None,
+    span: _Span,
+    fail: Failure | None,
+    at_error: float | None,
+) -> float:
     """How far memory rose in the span; when the error fell in it, plus what it asked for."""
     start = series.at(span.t0)
     highs = [
@@ -262,11 +284,12 @@ def _rise(series: Series, peaks: Series | None, span: _Span, fail: Failure | Non
         for s in (series, peaks)
         if s is not None and (v := s.max_between(span.t0, span.t1)) is not None
     ]
+    failed_here = fail is not None and span.t0 <= fail.t <= span.t1
+    if failed_here and at_error is not None:
+        highs.append(at_error)
     if start is None or not highs:
         return 0.0
-    asked = 0.0
-    if fail is not None and span.t0 <= fail.t <= span.t1:
-        asked = float(fail.oom.requested_bytes or 0)
+    asked = float(fail.oom.requested_bytes or 0) if fail is not None and failed_here else 0.0
     return max(highs) + asked - start
 
 

@@ -27,6 +27,10 @@ BUDGET_MIB = int(sys.argv[2]) if len(sys.argv) > 2 else 600
 SLEEP_S = float(sys.argv[3]) if len(sys.argv) > 3 else 0.04
 STEADY = len(sys.argv) > 4 and sys.argv[4] == "steady"
 
+# Each computation runs to its end on the calling thread, as on one GPU stream (see
+# jax_batch.py): buffers live and die in the same order every run.
+jax.config.update("jax_cpu_enable_async_dispatch", False)
+
 
 @jax.jit
 def train_step(w: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
