@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 import signal
 import sys
 import threading
@@ -10,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
+import psutil
+
 from memdoc.cli.common import warn
 from memdoc.run.interrupt import interrupt_like_a_terminal
 from memdoc.run.parent import RunOptions, RunResult, run_program
@@ -17,6 +22,10 @@ from memdoc.run.parent import RunOptions, RunResult, run_program
 TRACE_WAIT_S = 5.0
 POLL_S = 0.1
 CHUNK_BYTES = 1 << 16
+# Sent to memdoc by another process (a scheduler, `kill`), never by the terminal: passed on
+# to the program, as `memdoc run` without the dashboard does. A terminal's signals (SIGINT,
+# SIGQUIT, SIGHUP) reach the program itself, in the same foreground process group.
+_FORWARDED = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 
 
 def run_live(options: RunOptions) -> RunResult:
@@ -36,7 +45,16 @@ def run_live(options: RunOptions) -> RunResult:
 
     # The terminal's Ctrl-C belongs to the program (in the same process group); memdoc
     # waits for the program to end, as a shell would.
-    previous = signal.signal(signal.SIGINT, _ignore)
+    previous = {signal.SIGINT: signal.signal(signal.SIGINT, _ignore)}
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        if pids and worker.is_alive():
+            _signal_child(pids[0], signum)
+        if signum == signal.SIGTERM:
+            _close_dashboard()  # the program is ending: its output and the summary follow
+
+    for signum in _FORWARDED:
+        previous[signum] = signal.signal(signum, forward)
     try:
         worker = threading.Thread(target=target, name="memdoc-run", daemon=True)
         worker.start()
@@ -51,7 +69,8 @@ def run_live(options: RunOptions) -> RunResult:
         _show_dashboard(options.output, log_path, interrupt)
         _pass_output_through(log_path, worker)
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     error = outcome.get("error")
     if isinstance(error, BaseException):
         raise error
@@ -62,6 +81,22 @@ def run_live(options: RunOptions) -> RunResult:
 
 def _ignore(signum: int, frame: FrameType | None) -> None:
     """SIGINT while memdoc waits: the program got it too and decides what happens."""
+
+
+def _signal_child(pid: int, signum: int) -> None:
+    """Pass `signum` on to memdoc's program, unless its PID now names another process."""
+    with contextlib.suppress(psutil.Error, ProcessLookupError, PermissionError):
+        if psutil.Process(pid).ppid() == os.getpid():
+            os.kill(pid, signum)
+
+
+def _close_dashboard() -> None:
+    """Close the dashboard from a signal handler: the handler runs on the dashboard's own
+    thread, inside its event loop, so the exit is scheduled there rather than done at once."""
+    from memdoc.tui.app import close_running_app
+
+    with contextlib.suppress(RuntimeError):  # no dashboard running (not yet, or no more)
+        asyncio.get_running_loop().call_soon_threadsafe(close_running_app)
 
 
 def _show_dashboard(trace: Path, log_path: Path, interrupt: Callable[[], None]) -> None:

@@ -410,7 +410,21 @@ def run_live_dashboard(
     log_path: Path | None = None,
     interrupt: Callable[[], None] | None = None,
 ) -> int:
-    """Follow a trace being written until the person quits (`memdoc run --live`)."""
+    """Follow a trace being written until the person quits (`memdoc run --live`), or until
+    `close_running_app` is called on the dashboard's thread."""
     app = make_app(TraceFollowSource(trace_path), log_path=log_path, interrupt=interrupt)
-    app.run()
+    _RUNNING.append(app)
+    try:
+        app.run()
+    finally:
+        _RUNNING.remove(app)
     return app.return_code or 0
+
+
+_RUNNING: list[MemdocApp] = []  # the live dashboard on screen, while it is
+
+
+def close_running_app() -> None:
+    """Close the live dashboard on screen, if one is (its own thread only)."""
+    for app in _RUNNING:
+        app.exit()

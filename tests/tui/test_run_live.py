@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import re
 import shlex
+import signal
 import sys
 import textwrap
 import time
 from pathlib import Path
+
+import psutil
 
 from tests.conftest import REPO
 from tests.tui.conftest import Terminal, needs_tmux
@@ -110,3 +113,31 @@ def test_after_an_oom_banner_the_terminal_holds_only_the_output_and_the_summary(
     stray = [line for line in screen.splitlines() if any(s in line for s in DASHBOARD_ONLY)]
     assert stray == []
     assert TERMINAL_REPLY.search(screen) is None
+
+
+def _memdoc_in(folder: Path) -> psutil.Process:
+    """The `memdoc run --live` started in `folder`."""
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
+        cmdline = proc.info["cmdline"] or []
+        if "--live" in cmdline and "memdoc" in cmdline and proc.info["cwd"] == str(folder):
+            return proc
+    raise AssertionError(f"no memdoc run --live in {folder}")
+
+
+@needs_tmux
+def test_sigterm_to_memdoc_ends_the_program_and_memdoc_prints_its_summary(
+    tmp_path: Path, terminal: type[Terminal]
+) -> None:
+    # A scheduler cancelling the job signals memdoc, the process it started.
+    (tmp_path / "ticker.py").write_text(TICKER)
+    term = terminal(_run_live(tmp_path, "-o", "run.memdoc", "ticker.py", "never"))
+    term.wait_for("tick 3")
+    memdoc = _memdoc_in(tmp_path)
+    (program,) = memdoc.children()
+
+    memdoc.send_signal(signal.SIGTERM)
+
+    screen = term.wait_for("memdoc: Ended by SIGTERM")
+    assert "trace:  run.memdoc" in screen
+    assert term.exit_status() == 128 + signal.SIGTERM
+    assert not program.is_running()
