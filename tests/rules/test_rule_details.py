@@ -375,3 +375,32 @@ def test_an_oom_right_after_vllm_starts_capturing_cuda_graphs_points_at_them(
     )
 
     assert (_finding(text, "cuda-graph-pools") is not None) is fires
+
+
+@pytest.mark.parametrize(
+    ("name", "named"),
+    [
+        pytest.param("hit-sigkill-near-limit.memdoc", True, id="a-trace"),
+        # An error text has no trace to report on: the fix shows the name a run would write.
+        pytest.param("hit-dataloader-killed.txt", False, id="an-error-text"),
+    ],
+)
+def test_the_host_memory_fix_names_the_trace_the_person_has(
+    tmp_path: Path, name: str, named: bool
+) -> None:
+    source = RULE_FIXTURES / "host-oom" / name
+    copy = tmp_path / f"nightly job{source.suffix}"
+    copy.write_bytes(source.read_bytes())
+    if named:
+        findings = diagnose(load_trace(copy))
+    else:
+        findings = explain_text(copy.read_text()).findings
+
+    (host,) = [f for f in findings if f.rule == "host-oom"]
+    codes = [fix.code for fix in host.fixes if "memdoc report" in fix.code]
+
+    assert codes
+    if named:
+        assert f"memdoc report '{copy}'" in codes[0]
+    else:
+        assert "memdoc report run.memdoc" in codes[0]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
@@ -128,8 +130,15 @@ class _Signs:
     shm: bool = False
     loading: bool = False
 
-    def fixes(self, involved: list[str], cgroup_version: int | None) -> tuple[Fix, ...]:
+    def fixes(
+        self, involved: list[str], cgroup_version: int | None, trace_path: Path | None = None
+    ) -> tuple[Fix, ...]:
         limit_fix = LIMIT_FIX_V1 if cgroup_version == 1 else LIMIT_FIX
+        if trace_path is not None:  # name the trace the person has, not an example's
+            named = f"memdoc report {shlex.quote(str(trace_path))}"
+            limit_fix = replace(
+                limit_fix, code=limit_fix.code.replace("memdoc report run.memdoc", named)
+            )
         return tuple(
             fix
             for fix, wanted in (
@@ -278,7 +287,11 @@ shared memory show that the host itself was the limit.
             evidence,
             to_confirm=to_confirm,
             frameworks=involved,
-            fixes=signs.fixes(involved, trace.header.cgroup_version),
+            fixes=signs.fixes(
+                involved,
+                trace.header.cgroup_version,
+                None if trace.is_text_only else trace.path,
+            ),
         )
 
 
