@@ -58,6 +58,13 @@ class FitRecording:
     def active(self) -> bool:
         return self._watch is not None
 
+    def one_trace_per_rank(self, rank: int | str) -> None:
+        """On a rank other than 0: the asked name with the rank in it, one trace per process
+        (a fresh name has the PID in it already)."""
+        asked = self.asked_path
+        if asked is not None:
+            self.asked_path = asked.with_name(f"{asked.stem}-rank{rank}{asked.suffix}")
+
     def start(self) -> None:
         """Open the trace (a fresh name unless one was given); a second start is ignored."""
         with self._lock:
@@ -127,6 +134,37 @@ class FitRecording:
         previous = self._previous_excepthook or sys.__excepthook__
         previous(exc_type, exc, tb)  # the traceback first, as without memdoc
         self.finish(exc)
+
+
+class RecordsFit:
+    """What every training-framework callback shares: its recording, where the trace went,
+    the diagnosis once the fit ended, and `finish`. Mixed in before the framework's base."""
+
+    recording: FitRecording
+
+    def _record(
+        self,
+        prefix: str,
+        path: str | os.PathLike[str] | None,
+        *,
+        interval_s: float,
+        quiet: bool,
+    ) -> None:
+        self.recording = FitRecording(prefix, path, interval_s=interval_s, quiet=quiet)
+
+    @property
+    def path(self) -> Path | None:
+        """The trace, once the fit started."""
+        return self.recording.path
+
+    @property
+    def diagnosis(self) -> str | None:
+        """What memdoc printed when an exception ended the fit."""
+        return self.recording.diagnosis
+
+    def finish(self, exc: BaseException | None = None) -> None:
+        """Close the trace now, recording `exc` as what ended training."""
+        self.recording.finish(exc)
 
 
 def _summary_text(path: Path) -> str:

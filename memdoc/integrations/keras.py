@@ -7,11 +7,11 @@ from typing import Any
 
 import keras
 
-from memdoc.integrations.fit import FitRecording
+from memdoc.integrations.fit import RecordsFit
 from memdoc.session import DEFAULT_INTERVAL_S
 
 
-class MemdocCallback(keras.callbacks.Callback):  # type: ignore[misc]
+class MemdocCallback(RecordsFit, keras.callbacks.Callback):  # type: ignore[misc]
     """Record memory during `model.fit(..., callbacks=[MemdocCallback()])`.
 
     Each training batch is a memdoc step, each epoch a mark (`epoch N`), validation a mark
@@ -28,21 +28,13 @@ class MemdocCallback(keras.callbacks.Callback):  # type: ignore[misc]
         quiet: bool = False,
     ) -> None:
         super().__init__()
-        self.recording = FitRecording("keras", path, interval_s=interval_s, quiet=quiet)
+        self._record("keras", path, interval_s=interval_s, quiet=quiet)
         self._fitting = False
-
-    @property
-    def path(self) -> Any:
-        return self.recording.path
-
-    @property
-    def diagnosis(self) -> str | None:
-        return self.recording.diagnosis
 
     def finish(self, exc: BaseException | None = None) -> None:
         """Close the trace now, recording `exc` as what ended training."""
         self._fitting = False
-        self.recording.finish(exc)
+        super().finish(exc)
 
     def on_train_begin(self, logs: Any = None) -> None:
         self._fitting = True

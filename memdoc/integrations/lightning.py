@@ -6,7 +6,7 @@ import os
 import sys
 from typing import Any
 
-from memdoc.integrations.fit import FitRecording
+from memdoc.integrations.fit import RecordsFit
 from memdoc.session import DEFAULT_INTERVAL_S
 
 
@@ -30,13 +30,13 @@ def _callback_base() -> type[Any]:
         return pytorch_lightning.Callback
 
 
-class MemdocCallback(_callback_base()):  # type: ignore[misc]
+class MemdocCallback(RecordsFit, _callback_base()):  # type: ignore[misc]
     """Record memory during `trainer.fit`: `Trainer(callbacks=[MemdocCallback()])`.
 
     Each optimizer step (`trainer.global_step`) is a memdoc step, each epoch a mark
     (`epoch N`), validation a mark (`eval`, then `train` when training resumes). When an
     exception ends the fit, it is recorded, the diagnosis is printed once and kept in
-    `diagnosis`; the exception propagates unchanged.
+    `diagnosis`; the exception propagates unchanged. `finish(exc)` closes the trace early.
     """
 
     def __init__(
@@ -47,24 +47,12 @@ class MemdocCallback(_callback_base()):  # type: ignore[misc]
         quiet: bool = False,
     ) -> None:
         super().__init__()
-        self.recording = FitRecording("lightning", path, interval_s=interval_s, quiet=quiet)
+        self._record("lightning", path, interval_s=interval_s, quiet=quiet)
         self._last_global_step = 0
 
-    @property
-    def path(self) -> Any:
-        return self.recording.path
-
-    @property
-    def diagnosis(self) -> str | None:
-        return self.recording.diagnosis
-
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
-        if trainer.global_rank != 0 and self.recording.asked_path is not None:
-            # One trace per rank: the asked name with the rank in it.
-            asked = self.recording.asked_path
-            self.recording.asked_path = asked.with_name(
-                f"{asked.stem}-rank{trainer.global_rank}{asked.suffix}"
-            )
+        if trainer.global_rank != 0:
+            self.recording.one_trace_per_rank(trainer.global_rank)
         self._last_global_step = int(trainer.global_step)
         self.recording.start()
 
@@ -90,4 +78,4 @@ class MemdocCallback(_callback_base()):  # type: ignore[misc]
         self.recording.finish()
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-        self.recording.finish(exception)
+        self.finish(exception)

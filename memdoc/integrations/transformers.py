@@ -7,11 +7,11 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from memdoc.integrations.fit import FitRecording
+from memdoc.integrations.fit import RecordsFit
 from memdoc.session import DEFAULT_INTERVAL_S
 
 
-class MemdocCallback(TrainerCallback):
+class MemdocCallback(RecordsFit, TrainerCallback):
     """Record memory during `trainer.train()`: `Trainer(..., callbacks=[MemdocCallback()])`.
 
     Each optimizer step (`state.global_step`) is a memdoc step, each epoch a mark
@@ -28,27 +28,12 @@ class MemdocCallback(TrainerCallback):
         interval_s: float = DEFAULT_INTERVAL_S,
         quiet: bool = False,
     ) -> None:
-        self.recording = FitRecording("transformers", path, interval_s=interval_s, quiet=quiet)
+        self._record("transformers", path, interval_s=interval_s, quiet=quiet)
         self._in_eval = False
 
-    @property
-    def path(self) -> Any:
-        return self.recording.path
-
-    @property
-    def diagnosis(self) -> str | None:
-        return self.recording.diagnosis
-
-    def finish(self, exc: BaseException | None = None) -> None:
-        """Close the trace now, recording `exc` as what ended training."""
-        self.recording.finish(exc)
-
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        asked = self.recording.asked_path
-        if not state.is_world_process_zero and asked is not None:
-            # One trace per process: the asked name with the rank in it.
-            rank = os.environ.get("RANK", str(os.getpid()))
-            self.recording.asked_path = asked.with_name(f"{asked.stem}-rank{rank}{asked.suffix}")
+        if not state.is_world_process_zero:
+            self.recording.one_trace_per_rank(os.environ.get("RANK", str(os.getpid())))
         self.recording.start()
 
     def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
