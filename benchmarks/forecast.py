@@ -60,7 +60,13 @@ LEAKS = (
 BATCHES = (
     BatchCase("PyTorch MLP over sequences", "torch_batch.py", (64, 128, 256), 64, ("320", "10")),
     BatchCase("PyTorch conv net", "torch_conv.py", (16, 32, 64), 32, ("150", "6")),
+    BatchCase(
+        "PyTorch transformer layer + Adam", "torch_attention.py", (16, 32, 64), 16, ("500", "6")
+    ),
     BatchCase("JAX jit step", "jax_batch.py", (64, 128, 256), 64, ("250", "10")),
+    BatchCase(
+        "TensorFlow/Keras, BFC allocator limit", "tf_batch.py", (64, 128, 256), 64, ("300", "6")
+    ),
 )
 
 
