@@ -46,11 +46,13 @@ def run_live(options: RunOptions) -> RunResult:
     # The terminal's Ctrl-C belongs to the program (in the same process group); memdoc
     # waits for the program to end, as a shell would.
     previous = {signal.SIGINT: signal.signal(signal.SIGINT, _ignore)}
+    terminated: list[int] = []
 
     def forward(signum: int, frame: FrameType | None) -> None:
         if pids and worker.is_alive():
             _signal_child(pids[0], signum)
         if signum == signal.SIGTERM:
+            terminated.append(signum)
             _close_dashboard()  # the program is ending: its output and the summary follow
 
     for signum in _FORWARDED:
@@ -66,7 +68,8 @@ def run_live(options: RunOptions) -> RunResult:
             if pids and worker.is_alive():
                 interrupt_like_a_terminal(pids[0])
 
-        _show_dashboard(options.output, log_path, interrupt)
+        if not terminated:  # a SIGTERM before the dashboard is up: no dashboard at all
+            _show_dashboard(options.output, log_path, interrupt)
         _pass_output_through(log_path, worker)
     finally:
         for signum, handler in previous.items():
