@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -135,10 +136,12 @@ class _Signs:
     ) -> tuple[Fix, ...]:
         limit_fix = LIMIT_FIX_V1 if cgroup_version == 1 else LIMIT_FIX
         if trace_path is not None:  # name the trace the person has, not an example's
-            named = f"memdoc report {shlex.quote(str(trace_path))}"
-            limit_fix = replace(
-                limit_fix, code=limit_fix.code.replace("memdoc report run.memdoc", named)
-            )
+            example = re.search(r"memdoc report run\.memdoc +", limit_fix.code)
+            if example is not None:  # the comments stay in their column where the name fits
+                named = f"memdoc report {shlex.quote(str(trace_path))}"
+                named = named.ljust(len(example[0]) - 1) + " "
+                code = limit_fix.code.replace(example[0], named)
+                limit_fix = replace(limit_fix, code=code)
         return tuple(
             fix
             for fix, wanted in (
