@@ -127,11 +127,12 @@ def run(args: argparse.Namespace) -> int:
     identity = job_identity(os.environ, command)
     output = _output_path(args.output, identity.trace_name(os.getpid()))
     check_output_path(output, force=args.force)
-    if args.live:
+    # With the dashboard, the program's output goes to a log beside the trace.
+    output_log = output.with_suffix(".log") if args.live else None
+    if output_log is not None:
         from memdoc.cli.live import require_terminal
 
-        # The program's output goes to a log beside the trace: the same rule.
-        check_output_path(output.with_suffix(".log"), force=args.force)
+        check_output_path(output_log, force=args.force)  # the same rule as the trace's
         require_terminal()  # before the program starts: it would run with no one to see it
     report_path = _report_path(args, output)
     options = RunOptions(
@@ -143,17 +144,21 @@ def run(args: argparse.Namespace) -> int:
         nvml=not args.no_nvml,
         record_allocations=args.record_allocations,
         node_rank=identity.node_rank,
+        output_log=output_log,
     )
     with serving_metrics(args, output, identity):
         return _run(options, report_path, args)
 
 
 def _run(options: RunOptions, report_path: Path | None, args: argparse.Namespace) -> int:
-    from memdoc.run.parent import run_program
-
     if args.live:
-        return _run_live(options, report_path, args)
-    result = run_program(options)
+        from memdoc.cli.run_live import run_live
+
+        result = run_live(options)
+    else:
+        from memdoc.run.parent import run_program
+
+        result = run_program(options)
     _finish(result.trace_path, result.writer_error, report_path, args)
     return result.status
 
@@ -223,11 +228,3 @@ def _say_if_no_cuda(trace: Path) -> None:
             "run used CUDA, so nothing was recorded",
             file=sys.stderr,
         )
-
-
-def _run_live(options: RunOptions, report: Path | None, args: argparse.Namespace) -> int:
-    from memdoc.cli.run_live import run_live
-
-    result = run_live(options)
-    _finish(result.trace_path, result.writer_error, report, args)
-    return result.status

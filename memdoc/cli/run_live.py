@@ -32,7 +32,8 @@ def run_live(options: RunOptions) -> RunResult:
     """Run the program with the dashboard in front; when the dashboard closes (`q`, or
     Ctrl-C, which interrupts the program as a terminal would), the program's output so far
     and from then on goes to stdout, until the program ends."""
-    log_path = options.output_log = options.output.with_suffix(".log")
+    log_path = options.output_log
+    assert log_path is not None, "a live run writes the program's output to a log"
     pids: list[int] = []
     options.started = pids.append
     outcome: dict[str, RunResult | BaseException] = {}
