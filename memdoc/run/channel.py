@@ -56,7 +56,7 @@ class AgentChannel:
     def __init__(self, socket_path: str) -> None:
         self._path = socket_path
         self._pid = os.getpid()
-        self._sock: socket.socket | None = _connect_now(socket_path)
+        self._sock: socket.socket | None = connect_now(socket_path)
         self._queue: collections.deque[tuple[str, bytes]] = collections.deque()
         self._pending = b""  # the part of a chunk the socket has not taken yet
         self._pending_kinds: list[str] = []
@@ -203,7 +203,7 @@ class AgentChannel:
                 self._sock.close()
 
 
-def _connect_now(path: str) -> socket.socket | None:
+def connect_now(path: str) -> socket.socket | None:
     """Connect without waiting. None when the parent is too busy to take the connection now
     (the sender thread connects later).
 

@@ -7,12 +7,13 @@ import contextlib
 import os
 import re
 import shutil
-import socket
 import stat
 import tempfile
 from pathlib import Path
 
 import psutil
+
+from memdoc.run.channel import connect_now
 
 PREFIX = "memdoc-run-"
 SOCKET_NAME = "agent.sock"
@@ -58,15 +59,11 @@ def _ours(entry: os.DirEntry[str]) -> bool:
 def _listening(folder: Path) -> bool:
     """True when a parent still listens on the folder's socket: a run in another PID
     namespace (containers sharing /tmp), whose PID means nothing here."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.setblocking(False)
     try:
-        sock.connect(str(folder / SOCKET_NAME))
-    except BlockingIOError:
-        return True  # its backlog is full: alive, just busy
+        sock = connect_now(str(folder / SOCKET_NAME))
     except OSError:
         return False  # no socket, or nobody listens on it
-    finally:
+    if sock is not None:  # None: its backlog is full, alive, just busy
         sock.close()
     return True
 
