@@ -3,9 +3,8 @@ the run's steps forecast for a longer one."""
 
 from __future__ import annotations
 
-from memdoc.forecast.budget import trace_step_series
+from memdoc.forecast import assess
 from memdoc.forecast.model import Forecast
-from memdoc.forecast.predict import analyse, earliest
 from memdoc.forecast.words import forecast_words
 from memdoc.trace.model import EventKind
 from memdoc.trace.reader import Trace
@@ -42,6 +41,6 @@ def forecast_line(trace: Trace, *, ended_by_oom: bool) -> str | None:
         return f"forecast at step {said.step:,}: " + forecast_words(said).removeprefix(
             "OOM forecast: "
         )
-    result = earliest([analyse(series) for series in trace_step_series(trace)])
+    result = assess(trace)
     # "No growth" is the quiet case: a clean run's summary stays one line.
     return forecast_words(result) if isinstance(result, Forecast) else None

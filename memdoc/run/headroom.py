@@ -159,7 +159,8 @@ def find_headroom(
             hint="probe smaller sizes, e.g. --sizes 2,4,8",
         )
     readings = [p.reading for p in good if p.reading is not None]
-    limit = min(r.limit_bytes for r in readings)
+    tightest = min(readings, key=lambda r: r.limit_bytes)
+    limit = tightest.limit_bytes
     points = [SizePeak(p.size, p.reading.peak_bytes) for p in good if p.reading is not None]
     too_big = min((p.size for p in probes if p.oom), default=None)
     fit = fit_headroom(points, limit, margin=margin, multiple_of=multiple_of, below=too_big)
@@ -183,7 +184,6 @@ def find_headroom(
             )
             or fit
         )
-    label = min(readings, key=lambda r: r.limit_bytes).limit_label
     ran = {p.size for p in probes if not p.oom and p.reading is not None}
     if too_big is not None and fit.largest_size not in ran:
         # Between a size that ran and one that ran out, a line is only a guess: answer with
@@ -192,7 +192,7 @@ def find_headroom(
         if below:
             fit = dataclasses.replace(fit, largest_size=max(below))
     measured = fit.largest_size in ran
-    return Headroom(tuple(probes), fit, label, tuple(notes), measured)
+    return Headroom(tuple(probes), fit, tightest.limit_label, tuple(notes), measured)
 
 
 def _last_line(path: Path) -> str:
