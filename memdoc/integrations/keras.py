@@ -29,15 +29,8 @@ class MemdocCallback(RecordsFit, keras.callbacks.Callback):  # type: ignore[misc
     ) -> None:
         super().__init__()
         self._record("keras", path, interval_s=interval_s, quiet=quiet)
-        self._fitting = False
-
-    def finish(self, exc: BaseException | None = None) -> None:
-        """Close the trace now, recording `exc` as what ended training."""
-        self._fitting = False
-        super().finish(exc)
 
     def on_train_begin(self, logs: Any = None) -> None:
-        self._fitting = True
         self.recording.start()
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
@@ -46,15 +39,13 @@ class MemdocCallback(RecordsFit, keras.callbacks.Callback):  # type: ignore[misc
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         self.recording.step(batch=int(batch))
 
-    # `evaluate` and `predict` outside `fit` call these too; only validation inside a fit
-    # is a phase of the recorded run.
+    # `evaluate` and `predict` outside `fit` call these too: no trace is open then, and the
+    # marks go nowhere; only validation inside a fit is a phase of the recorded run.
     def on_test_begin(self, logs: Any = None) -> None:
-        if self._fitting:
-            self.recording.mark("eval")
+        self.recording.mark("eval")
 
     def on_test_end(self, logs: Any = None) -> None:
-        if self._fitting:
-            self.recording.mark("train", after="eval")
+        self.recording.mark("train", after="eval")
 
     def on_train_end(self, logs: Any = None) -> None:
         self.finish()
