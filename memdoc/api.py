@@ -57,9 +57,18 @@ def mark(label: str, *, snapshot: bool = False, **data: Any) -> None:
         session.mark(label, snapshot=snapshot, **data)
 
 
-def default_trace_path(directory: str | os.PathLike[str] = ".") -> Path:
+def default_trace_path(directory: str | os.PathLike[str] = ".", *, tag: str = "") -> Path:
+    """`memdoc[-TAG]-YYYYmmdd-HHMMSS-PID.memdoc` in `directory`, with `-N` added until the
+    name is free: a fresh name never lands on another recording."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path(directory) / f"memdoc-{stamp}-{os.getpid()}.memdoc"
+    stem = f"memdoc-{tag}-" if tag else "memdoc-"
+    base = Path(directory) / f"{stem}{stamp}-{os.getpid()}"
+    path = base.with_suffix(".memdoc")
+    number = 1
+    while path.exists():
+        path = Path(f"{base}-{number}.memdoc")
+        number += 1
+    return path
 
 
 class watch:

@@ -6,25 +6,12 @@ import io
 import os
 import sys
 import threading
-import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from memdoc.api import watch
+from memdoc.api import default_trace_path, watch
 from memdoc.session import DEFAULT_INTERVAL_S
-
-
-def fresh_trace_path(prefix: str, directory: str | os.PathLike[str] = ".") -> Path:
-    """`memdoc-PREFIX-YYYYmmdd-HHMMSS-PID.memdoc`, with `-N` added until the name is free."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path(directory) / f"memdoc-{prefix}-{stamp}-{os.getpid()}"
-    path = base.with_suffix(".memdoc")
-    number = 1
-    while path.exists():
-        path = Path(f"{base}-{number}.memdoc")
-        number += 1
-    return path
 
 
 class FitRecording:
@@ -70,12 +57,10 @@ class FitRecording:
         with self._lock:
             if self._watch is not None:
                 return
-            path = self.asked_path or fresh_trace_path(self.prefix)
+            path = self.asked_path or default_trace_path(tag=self.prefix)
             recording = watch(path, interval=self.interval_s, quiet=True)
-            try:
-                recording.__enter__()
-            except Exception as exc:  # memdoc's failure never becomes the training's
-                print(f"memdoc: warning: cannot record to {path}: {exc}", file=sys.stderr)
+            recording.__enter__()  # never raises: it warns and the fit runs unobserved
+            if recording.session is None:
                 return
             self._watch = recording
             self.path = recording.path

@@ -1,4 +1,5 @@
-"""What every framework callback shares: fresh trace names, and the Lightning it subclasses."""
+"""What every framework callback shares: fresh trace names, a fit that cannot be recorded,
+and the Lightning it subclasses."""
 
 from __future__ import annotations
 
@@ -9,18 +10,38 @@ from pathlib import Path
 
 import pytest
 
-from memdoc.integrations.fit import fresh_trace_path
+from memdoc.api import default_trace_path
+from memdoc.integrations.fit import FitRecording
 
 
 def test_default_trace_names_never_reuse_an_existing_file(tmp_path: Path) -> None:
-    first = fresh_trace_path("keras", tmp_path)
+    first = default_trace_path(tmp_path, tag="keras")
     first.write_text("taken")
 
-    second = fresh_trace_path("keras", tmp_path)
+    second = default_trace_path(tmp_path, tag="keras")
 
     assert second != first
     assert second.name.startswith("memdoc-keras-") and second.suffix == ".memdoc"
     assert first.read_text() == "taken"
+
+
+def test_a_fit_that_cannot_be_recorded_runs_unobserved_and_claims_no_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "no-such-folder" / "fit.memdoc"
+    recording = FitRecording("keras", missing, interval_s=0.05)
+
+    recording.start()
+    recording.step()
+    recording.mark("epoch", epoch=1)
+    recording.finish(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+
+    err = capsys.readouterr().err
+    assert not recording.active
+    assert recording.path is None and recording.summary is None and recording.diagnosis is None
+    assert err.count("cannot record to") == 1 and "runs unobserved" in err
+    assert "trace written" not in err and "no summary" not in err
+    assert not missing.parent.exists()
 
 
 @pytest.mark.slow
