@@ -220,7 +220,7 @@ def _percent(part: int, whole: int) -> str:
     return f"{part}/{whole} ({100 * part / whole:.0f}%)" if whole else "-"
 
 
-def render(scores: dict[str, HalfScore], *, misses: bool = False) -> str:
+def render(scores: dict[str, HalfScore], *, misses: bool = False, held_misses: bool = False) -> str:
     halves = [scores[split] for split in SPLITS]
     rows = [
         ("incidents", [str(h.incidents) for h in halves]),
@@ -235,8 +235,11 @@ def render(scores: dict[str, HalfScore], *, misses: bool = False) -> str:
     width = max(len(name) for name, _ in rows)
     lines = [f"{'':{width}}  {'dev':>14}  {'held':>14}"]
     lines += [f"{name:{width}}  {cells[0]:>14}  {cells[1]:>14}" for name, cells in rows]
-    if misses:
-        for half in halves:
+    shown = [
+        h for h in halves if (misses and h.split == "dev") or (held_misses and h.split == "held")
+    ]
+    if shown:
+        for half in shown:
             lines.append(f"\n{half.split}: not top-1")
             lines += [f"  {line}" for line in half.misses]
             lines += [f"  false positive: {i}" for i in half.false_positive_ids]
@@ -246,13 +249,23 @@ def render(scores: dict[str, HalfScore], *, misses: bool = False) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.corpus", description=__doc__)
     parser.add_argument("--json", action="store_true", help="print the scores as JSON")
-    parser.add_argument("--misses", action="store_true", help="list what was not top-1")
+    parser.add_argument(
+        "--misses", action="store_true", help="list what was not top-1 on the dev half"
+    )
+    parser.add_argument(
+        "--held-misses",
+        action="store_true",
+        help="list the held half's misses too: once seen, that half no longer measures "
+        "generalisation, so look only when a round of rule changes is over",
+    )
     args = parser.parse_args(argv)
     scores = evaluate()
     if args.json:
+        if not args.held_misses:
+            scores["held"].misses, scores["held"].false_positive_ids = [], []
         print(json.dumps({s: h.to_dict() for s, h in scores.items()}, indent=2))
     else:
-        print(render(scores, misses=args.misses))
+        print(render(scores, misses=args.misses, held_misses=args.held_misses))
     return 0
 
 
