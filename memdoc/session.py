@@ -250,6 +250,7 @@ def relayed_from(exc: BaseException) -> int | None:
 
 def header_for_this_process(command: Sequence[str], *, interval_s: float, mode: str) -> Header:
     """The trace header for a recording made from this process (`run` or `watch`)."""
+    from memdoc.metrics.identity import launcher_ranks
     from memdoc.version import __version__
 
     return Header(
@@ -263,7 +264,7 @@ def header_for_this_process(command: Sequence[str], *, interval_s: float, mode: 
         python=sys.version.split()[0],
         interval_s=interval_s,
         env=allowlisted_env(os.environ),
-        rank=_int_env("RANK"),
+        rank=launcher_ranks(os.environ)[0],
         world_size=_int_env("WORLD_SIZE"),
         mode=mode,
         cgroup_version=_cgroup_version(),

@@ -33,7 +33,7 @@ class MemdocCallback(RecordsFit, TrainerCallback):
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if not state.is_world_process_zero:
-            self.recording.one_trace_per_rank(os.environ.get("RANK", str(os.getpid())))
+            self.recording.one_trace_per_rank(args.process_index)
         self.recording.start()
 
     def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

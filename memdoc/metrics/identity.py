@@ -52,13 +52,19 @@ def job_identity(
     node = _first_int(environ, _NODE_VARIABLES)
     if node is None:
         node = _int(_option(command, _NODE_RANK_OPTION))
+    rank, local_rank = launcher_ranks(environ)
     return JobIdentity(
         host=host or socket.gethostname(),
         job=job,
         node_rank=node,
-        rank=_first_int(environ, _RANK_VARIABLES),
-        local_rank=_first_int(environ, _LOCAL_RANK_VARIABLES),
+        rank=rank,
+        local_rank=local_rank,
     )
+
+
+def launcher_ranks(environ: Mapping[str, str]) -> tuple[int | None, int | None]:
+    """(rank, local rank) as the launcher set them: torchrun, SLURM or Open MPI."""
+    return _first_int(environ, _RANK_VARIABLES), _first_int(environ, _LOCAL_RANK_VARIABLES)
 
 
 def _option(command: Sequence[str], pattern: re.Pattern[str]) -> str | None:

@@ -14,6 +14,7 @@ from typing import Any
 from memdoc.api import pop_session, push_session
 from memdoc.collectors.base import SessionHandle, Values
 from memdoc.collectors.registry import agent_collectors
+from memdoc.metrics.identity import launcher_ranks
 from memdoc.run.channel import ENV_INTERVAL, ENV_SOCKET, AgentChannel
 from memdoc.run.handled import exit_recording_error_in_hand, watch_caught_errors
 from memdoc.session import DEFAULT_INTERVAL_S, Session, host_memory_now
@@ -123,11 +124,8 @@ class LaunchRankWatcher:
 
 
 def _ranks() -> tuple[int | None, int | None]:
-    rank = _env_int("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK")
-    return (
-        rank if rank is not None else _process_group_rank(),
-        _env_int("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"),
-    )
+    rank, local_rank = launcher_ranks(os.environ)
+    return (rank if rank is not None else _process_group_rank(), local_rank)
 
 
 def _process_group_rank() -> int | None:

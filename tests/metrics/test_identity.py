@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memdoc.metrics.identity import JobIdentity, job_identity
+from memdoc.trace.model import ProcessInfo
 
 TORCHRUN = ["torchrun", "--nnodes", "2", "--nproc-per-node", "4", "train.py"]
 
@@ -82,3 +83,43 @@ def test_trace_names_are_unique_per_host_node_rank_and_pid(
     identity: JobIdentity, name: str
 ) -> None:
     assert identity.trace_name(42) == name
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        pytest.param({"SLURM_PROCID": "12", "SLURM_LOCALID": "0"}, id="slurm"),
+        pytest.param({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}, id="mpi"),
+        pytest.param({"RANK": "5", "LOCAL_RANK": "1"}, id="torchrun"),
+    ],
+)
+def test_the_trace_header_and_the_rank_watcher_read_the_rank_the_exporter_reads(
+    monkeypatch: pytest.MonkeyPatch, environ: dict[str, str]
+) -> None:
+    from memdoc.run.agent import LaunchRankWatcher
+    from memdoc.session import header_for_this_process
+
+    for name in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "SLURM_LOCALID"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    identity = job_identity(environ, host="h")
+    assert identity.rank is not None
+
+    header = header_for_this_process(["train.py"], interval_s=0.1, mode="watch")
+    seen: list[ProcessInfo] = []
+    watcher = LaunchRankWatcher()
+    watcher.start(_Recorder(seen))
+    monkeypatch.setenv("RANK", "99")  # as mp.spawn-style code sets it inside the worker
+    watcher.sample(1.0)
+
+    assert header.rank == identity.rank
+    assert [(p.rank, p.local_rank) for p in seen] == [(99, identity.local_rank)]
+
+
+class _Recorder:
+    def __init__(self, seen: list[ProcessInfo]) -> None:
+        self.seen = seen
+
+    def process(self, info: ProcessInfo) -> None:
+        self.seen.append(info)
