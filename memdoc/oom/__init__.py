@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from memdoc.oom import bfc, disguised, host, pytorch, tensorflow, xla
+from memdoc.oom import bfc, disguised, headline, host, pytorch, tensorflow, xla
 from memdoc.oom.combine import combine
 from memdoc.oom.logtext import Hit, LogText
 from memdoc.trace.model import OomInfo
@@ -29,6 +29,7 @@ _PARSERS: tuple[Callable[[LogText], list[Hit]], ...] = (
     disguised.find,
     host.find,
     disguised.find_fallback,
+    headline.find,
 )
 
 

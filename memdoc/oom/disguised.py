@@ -50,6 +50,15 @@ _FORMS = (
     _Form("nvml_success ==", "nvml", "pytorch"),
     _Form("dst tensor is not initialized", None, "tensorflow"),
 )
+# A cuDNN library that does not match the build fails at start-up with the same words as one
+# that found no memory; TensorFlow says so a few lines above.
+_CUDNN_MISMATCH = (
+    "but source was compiled with",
+    "cudnn library needs to have matching",
+    "could not load dynamic library 'libcudnn",
+    "could not load library libcudnn",
+)
+MISMATCH_LOOKBACK_LINES = 40
 _FALLBACK_NEEDLE = "out of memory"
 _REQUESTS = (
     loose(rf"failed to CUDA calloc ({INT}) bytes"),
@@ -69,7 +78,7 @@ _DEVICE = (
 _ERRORISH = re.compile(
     r"error|fail|fatal|exception|abort|unable|cannot|could not|check failed|\boom\b", re.I
 )
-_ADVICE = re.compile(
+ADVICE = re.compile(
     r"(?:may|might|could|will|would|avoid|prevent|not|before|without) (?:run|running|go|going)"
     r" out of memory|not a failure",
     re.I,
@@ -99,8 +108,20 @@ def find(log: LogText) -> list[Hit]:
             window = log.window(line, column, max_lines=3)
             if is_source_line(window.parts[0]):
                 continue
+            if form.library == "cudnn" and _version_mismatch_before(log, line):
+                continue
             hits.append(_hit(log, line, window, form.library, form.framework))
     return hits
+
+
+def _version_mismatch_before(log: LogText, line: int) -> bool:
+    """The log names the other cause of a cuDNN start-up failure: the wrong library."""
+    start = max(0, line - MISMATCH_LOOKBACK_LINES)
+    return any(
+        cue in log.lower_head(index, 2000)
+        for index in range(start, line + 1)
+        for cue in _CUDNN_MISMATCH
+    )
 
 
 def find_fallback(log: LogText) -> list[Hit]:
@@ -112,7 +133,7 @@ def find_fallback(log: LogText) -> list[Hit]:
         if not (leading or _ERRORISH.search(first)):
             continue
         window = log.window(line, column, max_lines=2)
-        if _ADVICE.search(" ".join(window.parts)[:2000]) or is_source_line(window.parts[0]):
+        if ADVICE.search(" ".join(window.parts)[:2000]) or is_source_line(window.parts[0]):
             continue
         if _GPU_WORDS.search(first):
             library = _library_named(first.lower()) or "cuda"

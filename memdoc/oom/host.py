@@ -31,8 +31,9 @@ _REAPED = re.compile(r"oom_reaper: reaped process (\d{1,10})")
 _INVOKED = re.compile(r"(\S{1,100}) invoked oom-killer")
 _CGROUP_LIMIT = re.compile(r"memory: usage (\d{1,20})kB, limit (\d{1,20})kB")
 _KILLED_LINE = (
-    re.compile(r"^Killed(?::\s?9)?\s*$"),
-    re.compile(r"^(?:\[\d{1,4}\][+-]?\s+)?(?:(\d{1,10})\s+)?Killed\s{2,40}\S"),
+    re.compile(r"^Killed(?::\s?9)?\.?\s*$"),
+    # bash's and zsh's job lines: "[1]+  Killed  python train.py", "[1]  1819 killed  python3 ..."
+    re.compile(r"^(?:\[\d{1,4}\][+-]?\s+)?(?:(\d{1,10})\s+)?[Kk]illed\s{2,40}\S"),
     re.compile(r"line \d{1,6}:\s{0,4}(\d{1,10}) Killed\b"),
     re.compile(r"^zsh: killed\s"),
     re.compile(r"\]\s?Killed\s*$"),  # after a progress bar that did not end its line
@@ -103,8 +104,11 @@ def _dataloader(log: LogText) -> list[Hit]:
         processes = tuple(ProcessUsage(pid=pid, used_bytes=None) for pid in pids)
         info = _info(log, line, kind, framework="pytorch", processes=processes)
         hits.append(Hit(line=line, end=line, info=info, rank=info.rank, key=("pids", pids)))
-    for line, _ in log.anchors("unexpected bus error encountered in worker"):
-        info = _info(log, line, "shm", framework="pytorch")
+    # "... in worker" (PyTorch), "... in DataLoader worker" (PaddlePaddle)
+    for line, column in log.anchors("unexpected bus error encountered in"):
+        said = log.lower_head(line, column + 80)[column:]
+        framework = "pytorch" if "encountered in worker" in said else "host"
+        info = _info(log, line, "shm", framework=framework)
         hits.append(Hit(line=line, end=line, info=info, rank=info.rank))
     return hits
 

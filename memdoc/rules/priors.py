@@ -8,22 +8,28 @@ from memdoc.trace.model import OomInfo
 # (tests/fixtures/corpus/incidents.jsonl, `"split": "dev"`) whose thread settled on each
 # cause. tests/rules/test_priors.py recounts them, so the table follows the corpus.
 INCIDENTS_BY_CAUSE: dict[str, int] = {
-    "activations-too-large": 22,
-    "host-oom": 16,
-    "model-too-large": 8,
-    "framework-preallocation": 5,
-    "leak-across-steps": 5,
-    "eval-without-no-grad": 4,
-    "other-process": 4,
+    "activations-too-large": 28,
+    "host-oom": 22,
+    "model-too-large": 11,
+    "framework-preallocation": 9,
+    "other-process": 7,
+    "eval-without-no-grad": 6,
+    "leak-across-steps": 6,
     "fragmentation": 3,
+    "checkpoint-load-spike": 2,
+    "cuda-context-overhead": 2,
     "cuda-graph-pools": 2,
+    "single-allocation-too-large": 2,
+    "wrong-device": 2,
     "xla-temp-buffers": 2,
-    "checkpoint-load-spike": 1,
+    "cudnn-workspace": 1,
+    "memory-fraction-cap": 1,
     "multi-framework": 1,
     "nccl-buffers": 1,
+    "no-mixed-precision": 1,
     "optimizer-state": 1,
-    "single-allocation-too-large": 1,
-    "wrong-device": 1,
+    "retain-graph": 1,
+    "variable-shapes": 1,
 }
 INCIDENTS = sum(INCIDENTS_BY_CAUSE.values())
 # Causes of a device (not host) memory error, most common first.

@@ -368,3 +368,33 @@ def test_dataloader_worker_killed_twice_in_a_traceback_chain_is_one_error() -> N
 )
 def test_near_misses_are_not_memory_errors(text: str) -> None:
     assert parse_text(text) is None
+
+
+@pytest.mark.parametrize(
+    ("above", "memory"),
+    [
+        pytest.param("", True, id="alone"),
+        pytest.param(
+            "E tensorflow/stream_executor/cuda/cuda_dnn.cc:359] Loaded runtime CuDNN library: "
+            "8.0.5 but source was compiled with: 8.1.0.  CuDNN library needs to have matching "
+            "major version and equal or higher minor version.\n",
+            False,
+            id="after-a-version-mismatch",
+        ),
+        pytest.param(
+            "W tensorflow/stream_executor/platform/default/dso_loader.cc:64] Could not load "
+            "dynamic library 'libcudnn.so.8'; dlerror: libcudnn.so.8: cannot open shared object\n",
+            False,
+            id="after-a-missing-library",
+        ),
+    ],
+)
+def test_a_cudnn_start_up_failure_is_memory_unless_the_log_names_the_wrong_library(
+    above: str, memory: bool
+) -> None:
+    text = above + (
+        "UnknownError: Failed to get convolution algorithm. This is probably because cuDNN "
+        "failed to initialize, so try looking to see if a warning log message was printed above."
+    )
+
+    assert (parse_text(text) is not None) is memory

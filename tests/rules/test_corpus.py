@@ -13,6 +13,7 @@ import pytest
 
 from benchmarks.corpus import (
     CONFIDENCE_WORDS,
+    FRESH,
     SPLITS,
     HalfScore,
     evaluate,
@@ -28,13 +29,13 @@ FRAMEWORKS = {"pytorch", "tensorflow", "jax", "nccl", "host", "other"}
 
 # Measured on each half with the rules of the day: the rates may only go up, the count of
 # non-memory errors taken for memory errors may only go down.
-TOP1_FLOOR = {"dev": 0.662, "held": 0.568}
-TOP3_FLOOR = {"dev": 0.896, "held": 0.727}
-RECOGNISED_FLOOR = {"dev": 1.0, "held": 0.909}
-FALSE_POSITIVES_CEILING = {"dev": 1, "held": 1}
+TOP1_FLOOR = {"dev": 0.651, "held": 0.546}
+TOP3_FLOOR = {"dev": 0.866, "held": 0.75}
+RECOGNISED_FLOOR = {"dev": 1.0, "held": 0.906}
+FALSE_POSITIVES_CEILING = {"dev": 1, "held": 2}
 # Whether a surer confidence word is right at least as often as a less sure one, on each half,
 # with the rules of the day. Where it is not, the test is a strict xfail: fixing it flips it.
-CALIBRATED = {"dev": True, "held": True}
+CALIBRATED = {"dev": True, "held": False}
 CALIBRATION_SPLITS = [
     split
     if CALIBRATED[split]
@@ -128,3 +129,19 @@ def _precisions(half: HalfScore) -> list[float]:
 def test_a_surer_word_is_right_at_least_as_often(scores: dict[str, HalfScore], split: str) -> None:
     precisions = _precisions(scores[split])
     assert precisions == sorted(precisions, reverse=True), scores[split].calibration
+
+
+def test_every_item_says_which_round_collected_it() -> None:
+    rounds = {item.round for item in [*INCIDENTS, *NON_MEMORY]}
+    assert rounds and rounds <= set(range(1, max(rounds) + 1)), rounds
+
+
+def test_the_held_items_of_the_newest_round_are_scored_on_their_own(
+    scores: dict[str, HalfScore],
+) -> None:
+    newest = max(item.round for item in INCIDENTS)
+    fresh = [i for i in INCIDENTS if i.round == newest and i.split == "held"]
+
+    assert scores[FRESH].incidents == len(fresh) > 0
+    assert scores[FRESH].split == f"held, round {newest}"
+    assert scores[FRESH].incidents < scores["held"].incidents

@@ -404,3 +404,76 @@ def test_the_host_memory_fix_names_the_trace_the_person_has(
         assert f"memdoc report '{copy}'" in codes[0]
     else:
         assert "memdoc report run.memdoc" in codes[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "fires"),
+    [
+        pytest.param(
+            "Weird Memory Leak (OOM) after minor code change [CUDA]", True, id="says-leak"
+        ),
+        pytest.param(
+            "RuntimeError: CUDA out of memory. GPU memory keeps increasing every batch",
+            True,
+            id="keeps-increasing",
+        ),
+        pytest.param("RuntimeError: CUDA out of memory in the first batch", False, id="silent"),
+    ],
+)
+def test_a_text_that_speaks_of_a_leak_makes_one_possible_never_more(text: str, fires: bool) -> None:
+    confidence = _finding(text, "leak-across-steps")
+
+    if fires:
+        assert confidence is not None and confidence_word(confidence) == "possible"
+    else:
+        assert confidence is None or confidence_word(confidence) == "weak"
+
+
+def test_mps_stopping_at_its_watermark_names_the_setting_that_raises_it() -> None:
+    text = (
+        "RuntimeError: MPS backend out of memory (MPS allocated: 8.89 GB, other allocations: "
+        "172.98 MB, max allowed: 9.07 GB). Tried to allocate 6.25 MB on private pool. Use "
+        "PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper limit for memory allocations "
+        "(may cause system failure)."
+    )
+
+    findings = explain_text(text).findings
+
+    assert findings[0].rule == "memory-fraction-cap"
+    assert confidence_word(findings[0].confidence) == "possible"
+    assert [fix.code for fix in findings[0].fixes] == [
+        "PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 python train.py"
+    ]
+    cuda = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert _finding(cuda, "memory-fraction-cap") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "first"),
+    [
+        pytest.param("RuntimeError: CUDA error: out of memory\n", "other-process", id="bare-c10"),
+        pytest.param(
+            'Traceback (most recent call last):\n  File "train.py", line 282, in validate\n'
+            "    scores_copy = scores.clone()\nRuntimeError: CUDA error: out of memory\n",
+            "eval-without-no-grad",
+            id="with-its-traceback",
+        ),
+        pytest.param(
+            "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB\n",
+            "activations-too-large",
+            id="the-allocators-own",
+        ),
+    ],
+)
+def test_a_cuda_call_outside_the_allocator_points_at_a_full_gpu_only_without_a_traceback(
+    text: str, first: str
+) -> None:
+    findings = explain_text(text).findings
+
+    assert findings[0].rule == first
+    other = [f for f in findings if f.rule == "other-process"]
+    if first == "other-process":
+        assert confidence_word(other[0].confidence) == "possible"
+        assert "cannot tell" in other[0].summary
+    else:
+        assert not other or confidence_word(other[0].confidence) == "weak"

@@ -48,6 +48,13 @@ _PROGRESS = re.compile(
     re.IGNORECASE,
 )
 
+# What a person writes when memory grows: "memory leak", "leaks", "memory keeps increasing".
+_LEAK_WORDS = re.compile(
+    r"\bmemory[ -]leak(?:s|ing|age)?\b|\bleak(?:s|ing)?\s+(?:gpu\s+|cuda\s+)?memory\b"
+    r"|\bmemory\s+(?:keeps|kept|is|was)\s+(?:increasing|growing|rising)\b",
+    re.IGNORECASE,
+)
+
 
 class LeakAcrossSteps(RuleSpec):
     slug = "leak-across-steps"
@@ -196,6 +203,20 @@ GPU. In Python the memory is freed only when the last reference goes.
         oom = fail.oom
         if oom.kind not in ("allocator", "disguised") or specific_library(oom) is not None:
             return None
+        said = _LEAK_WORDS.search(" ".join(t[-20000:] for t in (oom.message, fail.context) if t))
+        if said is not None:
+            summary = (
+                f'The text itself speaks of a leak ("{said.group(0)}"): memory that grows each '
+                "step until none is left."
+            )
+            return self.finding(
+                trace,
+                Signals(POSSIBLE),
+                summary,
+                [],
+                to_confirm=TO_CONFIRM,
+                frameworks=frameworks(trace, oom),
+            )
         reached = _progress(fail)
         if reached is not None and reached >= 2:
             summary = (

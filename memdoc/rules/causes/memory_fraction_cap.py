@@ -104,6 +104,8 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
         device = failed_device(trace, oom)
         total = device_total(trace, device, oom)
         limit = _limit(trace, fail, device)
+        if oom.allocator == "mps" and oom.limit_bytes is not None and not total:
+            return self._mps_watermark(trace, fail)
         if limit is None or not total or limit >= CAP_SHARE * total:
             return None
         held = _held(trace, fail, device)
@@ -133,6 +135,37 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
                 "device) was reached."
             )
         return self.finding(trace, signals, summary, evidence, frameworks=frameworks(trace, oom))
+
+    def _mps_watermark(self, trace: Trace, fail: Failure) -> Finding:
+        """Apple's MPS stops at a high-watermark ratio of the machine's memory, a setting."""
+        oom = fail.oom
+        limit = float(oom.limit_bytes or 0)
+        evidence: list[Evidence] = [bytes_evidence("MPS upper limit (max allowed)", limit)]
+        if oom.allocated_bytes is not None:
+            evidence.append(bytes_evidence("allocated by MPS", oom.allocated_bytes))
+        summary = (
+            f"MPS refused memory at its upper limit of {format_bytes(limit)}, which "
+            "PYTORCH_MPS_HIGH_WATERMARK_RATIO sets as a share of the Mac's memory, not at what "
+            "the machine has."
+        )
+        return self.finding(
+            trace,
+            Signals(POSSIBLE),
+            summary,
+            evidence,
+            to_confirm="watch Activity Monitor's memory pressure: with room left, the limit "
+            "is what stops the run; with none, raising it only moves the failure into swap",
+            frameworks=["pytorch"],
+            fixes=(MPS_WATERMARK_FIX,),
+        )
+
+
+MPS_WATERMARK_FIX = Fix(
+    "pytorch",
+    "Raise MPS's upper limit (Apple silicon; 0.0 removes it, and swapping may follow)",
+    "PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 python train.py",
+    language="bash",
+)
 
 
 def _limit(trace: Trace, fail: Failure, device: int | None) -> float | None:

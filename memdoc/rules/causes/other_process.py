@@ -45,6 +45,10 @@ class _Others:
     certain: bool = True
 
 
+# PyTorch's wording when a CUDA runtime call (not its allocator) returns out of memory.
+_C10_CHECK = "cuda error: out of memory"
+
+
 class OtherProcess(RuleSpec):
     slug = "other-process"
     code = "MD002"
@@ -117,7 +121,12 @@ keep their memory until they are stopped.
         siblings = trace.our_pids() - {fail.pid}
         others = _others_recorded(trace, fail, device) or _others_in_text(oom, total, siblings)
         judged = self._judge(trace, fail, others, total) if others and total else None
-        return judged or self._before_start(trace, fail) or self._starved(trace, fail, total)
+        return (
+            judged
+            or self._before_start(trace, fail)
+            or self._outside_the_allocator(trace, fail)
+            or self._starved(trace, fail, total)
+        )
 
     def _before_start(self, trace: Trace, fail: Failure) -> Finding | None:
         """Creating the CUDA context failed for lack of memory: it was gone before we began."""
@@ -134,6 +143,36 @@ keep their memory until they are stopped.
             [],
             to_confirm="run `nvidia-smi` before the job starts and look for other processes",
             frameworks=frameworks(trace, fail.oom),
+        )
+
+    def _outside_the_allocator(self, trace: Trace, fail: Failure) -> Finding | None:
+        """PyTorch's bare "CUDA error: out of memory": a CUDA call outside the caching
+        allocator failed (its own OOM reads "CUDA out of memory. Tried to allocate ..."). With
+        no traceback to show which call, the most common one is creating the CUDA context
+        or a library handle on a GPU that was already full."""
+        oom = fail.oom
+        if not (
+            trace.is_text_only
+            and oom.kind == "disguised"
+            and oom.library == "cuda"
+            and oom.framework == "pytorch"
+            and oom.phase is None
+            and not fail.stack
+            and _C10_CHECK in oom.message.lower()
+        ):
+            return None
+        summary = (
+            "A CUDA call outside PyTorch's caching allocator ran out of memory, most often "
+            "creating the CUDA context or a library handle on a GPU that other processes had "
+            "already filled; without a traceback, the text alone cannot tell which call."
+        )
+        return self.finding(
+            trace,
+            Signals(POSSIBLE),
+            summary,
+            [],
+            to_confirm="run `nvidia-smi` before the job starts and look for other processes",
+            frameworks=frameworks(trace, oom),
         )
 
     def _judge(self, trace: Trace, fail: Failure, others: _Others, total: float) -> Finding | None:

@@ -1,0 +1,87 @@
+"""A memory error told in one short line: a report's title, a notebook's last words.
+
+"GPU 0 out of memory even if assigning one GPU for each model", "CUDA OOM when loading
+optimizer state dict", '"Killed" without error during "from_pretrained"'. Such a line
+names the failure without the framework's wording, so no other parser reads it. Only a text
+of a few short lines counts: in a longer log, "OOM" or "killed" in passing is not an error.
+"""
+
+from __future__ import annotations
+
+import re
+
+from memdoc.oom.context import framework_in
+from memdoc.oom.disguised import ADVICE
+from memdoc.oom.logtext import Hit, LogText, rank_of, strip_prefix
+from memdoc.trace.model import OomInfo
+
+# A headline: at most this many non-blank lines, each at most this long.
+MAX_LINES = 3
+MAX_CHARS = 240
+
+_DEVICE_MEMORY = re.compile(
+    r"\bout[ -]of[ -]memory\b|\bOOM(?:s|ed)?\b|\bmemory error\b|\bran out of (?:gpu |vram )?memory",
+    re.I,
+)
+# The shell's own word, quoted by whoever wrote the line ('"Killed" without any error'), or
+# leading a description of when ("Killed during from_pretrained"): not "Killed the old run".
+_KILLED = re.compile(
+    r"^[\"'`“‘]Killed[\"'`”’]"
+    r"|^Killed\b\s*(?:$|[-–:(.,]|(?:without|during|while|when|after|at|on|in)\b)",
+    re.I,
+)
+_HOST_WORDS = re.compile(r"\b(?:RAM|host memory|system memory|CPU memory|swap)\b", re.I)
+_GPU_WORDS = re.compile(r"\b(?:cuda|gpu|gpus|vram|hip|rocm|mps|device)\b", re.I)
+# Not a failure: "how to avoid OOM", "no OOM", "not out of memory", "OOM-free".
+_NOT_AN_ERROR = re.compile(
+    r"\b(?:avoid|avoiding|prevent|preventing|without|no|not|never|reduce|reducing)\s+"
+    r"(?:an?\s+|the\s+|any\s+)?(?:cuda\s+|gpu\s+)?(?:oom|out[ -]of[ -]memory|memory error)"
+    r"|\b(?:oom|out[ -]of[ -]memory)[ -]free\b",
+    re.I,
+)
+
+
+def headline_lines(log: LogText) -> list[tuple[int, str]]:
+    """The text's non-blank lines (index, text) when it is a headline, else nothing."""
+    lines = [(index, strip_prefix(raw)) for index, raw in enumerate(log.lines) if raw.strip()]
+    if len(lines) > MAX_LINES or any(len(text) > MAX_CHARS for _, text in lines):
+        return []
+    return lines
+
+
+def find(log: LogText) -> list[Hit]:
+    """The headline's memory error, when the whole text is a headline that states one."""
+    lines = headline_lines(log)
+    for index, text in lines:
+        if _NOT_AN_ERROR.search(text) or ADVICE.search(text):
+            continue
+        if _KILLED.search(text):
+            info = _info(text, "host-kill", framework="host", device_type="cpu")
+            return [Hit(line=index, end=index, info=info, rank=info.rank, weak=True)]
+        if _DEVICE_MEMORY.search(text) is None:
+            continue
+        if _HOST_WORDS.search(text) and not _GPU_WORDS.search(text):
+            info = _info(text, "host-alloc", framework="host", device_type="cpu")
+        else:
+            named = framework_in(text.lower()) or "unknown"
+            info = _info(text, "disguised", framework=named, device_type="gpu", library="cuda")
+        return [Hit(line=index, end=index, info=info, rank=info.rank, weak=True)]
+    return []
+
+
+def _info(
+    text: str,
+    kind: str,
+    *,
+    framework: str,
+    device_type: str,
+    library: str | None = None,
+) -> OomInfo:
+    return OomInfo(
+        framework=framework,
+        kind=kind,
+        message=text,
+        device_type=device_type,
+        library=library,
+        rank=rank_of(text),
+    )
