@@ -204,45 +204,34 @@ GPU. In Python the memory is freed only when the last reference goes.
         if oom.kind not in ("allocator", "disguised") or specific_library(oom) is not None:
             return None
         said = _LEAK_WORDS.search(" ".join(t[-20000:] for t in (oom.message, fail.context) if t))
+        reached = _progress(fail)
+        evidence: list[Evidence] = []
         if said is not None:
+            signals = Signals(POSSIBLE)
             summary = (
                 f'The text itself speaks of a leak ("{said.group(0)}"): memory that grows each '
                 "step until none is left."
             )
-            return self.finding(
-                trace,
-                Signals(POSSIBLE),
-                summary,
-                [],
-                to_confirm=TO_CONFIRM,
-                frameworks=frameworks(trace, oom),
-            )
-        reached = _progress(fail)
-        if reached is not None and reached >= 2:
+        elif reached is not None and reached >= 2:
+            signals = Signals(POSSIBLE)
             summary = (
                 f"The error came after training had reached {reached} epochs or steps: memory "
                 "that grows each step is a common reason for a late failure."
             )
             evidence = [count_evidence("epochs or steps reached", reached)]
-            return self.finding(
-                trace,
-                Signals(POSSIBLE),
-                summary,
-                evidence,
-                to_confirm=TO_CONFIRM,
-                frameworks=frameworks(trace, oom),
-            )
-        if oom.requested_bytes is None and oom.total_bytes is None and oom.shape is None:
+        elif oom.requested_bytes is None and oom.total_bytes is None and oom.shape is None:
+            signals = Signals(WEAK)
             summary = "The error gives no numbers; memory growing each step is one possible cause."
-            return self.finding(
-                trace,
-                Signals(WEAK),
-                summary,
-                [],
-                to_confirm=TO_CONFIRM,
-                frameworks=frameworks(trace, oom),
-            )
-        return None
+        else:
+            return None
+        return self.finding(
+            trace,
+            signals,
+            summary,
+            evidence,
+            to_confirm=TO_CONFIRM,
+            frameworks=frameworks(trace, oom),
+        )
 
 
 def _grows(trend: Trend, curve: Curve) -> bool:

@@ -136,14 +136,7 @@ keep their memory until they are stopped.
             "The GPU had no memory left even for this program's CUDA context: it was full "
             "before the program started, held by another process or a leftover of an earlier run."
         )
-        return self.finding(
-            trace,
-            Signals(STRONG),
-            summary,
-            [],
-            to_confirm="run `nvidia-smi` before the job starts and look for other processes",
-            frameworks=frameworks(trace, fail.oom),
-        )
+        return self._full_before_start(trace, fail.oom, Signals(STRONG), summary)
 
     def _outside_the_allocator(self, trace: Trace, fail: Failure) -> Finding | None:
         """PyTorch's bare "CUDA error: out of memory": a CUDA call outside the caching
@@ -166,9 +159,15 @@ keep their memory until they are stopped.
             "creating the CUDA context or a library handle on a GPU that other processes had "
             "already filled; without a traceback, the text alone cannot tell which call."
         )
+        return self._full_before_start(trace, oom, Signals(POSSIBLE), summary)
+
+    def _full_before_start(
+        self, trace: Trace, oom: OomInfo, signals: Signals, summary: str
+    ) -> Finding:
+        """A finding that the GPU was full before this program asked: see who held it."""
         return self.finding(
             trace,
-            Signals(POSSIBLE),
+            signals,
             summary,
             [],
             to_confirm="run `nvidia-smi` before the job starts and look for other processes",
@@ -257,14 +256,7 @@ keep their memory until they are stopped.
                 f"A {library_name(oom)} handle could not be created: often the GPU is already "
                 "full, sometimes because another process holds it."
             )
-            return self.finding(
-                trace,
-                Signals(WEAK),
-                summary,
-                [],
-                to_confirm="run `nvidia-smi` before the job starts and look for other processes",
-                frameworks=frameworks(trace, oom),
-            )
+            return self._full_before_start(trace, oom, Signals(WEAK), summary)
         return None
 
     def _sharing_without_oom(self, trace: Trace) -> Finding | None:
