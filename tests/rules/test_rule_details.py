@@ -477,3 +477,59 @@ def test_a_cuda_call_outside_the_allocator_points_at_a_full_gpu_only_without_a_t
         assert "cannot tell" in other[0].summary
     else:
         assert not other or confidence_word(other[0].confidence) == "weak"
+
+
+@pytest.mark.parametrize(
+    ("innermost", "fires"),
+    [
+        pytest.param(
+            '  File "faster_whisper/transcribe.py", line 125, in __init__', True, id="init"
+        ),
+        pytest.param('  File "app/model.py", line 40, in init', True, id="init-as-frozen-apps-say"),
+        pytest.param(
+            '  File "app/model.py", line 40, in __init__\n'
+            '  File "torch/nn/modules/module.py", line 1501, in _call_impl\n'
+            '  File "app/model.py", line 80, in forward',
+            False,
+            id="a-forward-pass-inside-a-constructor",
+        ),
+    ],
+)
+def test_an_oom_inside_a_constructor_is_a_library_building_its_model(
+    innermost: str, fires: bool
+) -> None:
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "main.py", line 529, in cli\n'
+        f"{innermost}\n"
+        "RuntimeError: CUDA failed with error out of memory\n"
+    )
+
+    confidence = _finding(text, "model-too-large")
+
+    if fires:
+        assert confidence is not None and confidence_word(confidence) == "possible"
+    else:
+        assert confidence is None or confidence_word(confidence) == "weak"
+
+
+@pytest.mark.parametrize(
+    ("requested", "fires"),
+    [
+        pytest.param(4398046511104, True, id="4-tib"),
+        pytest.param(100 * 2**30, False, id="100-gib-fits-a-large-gpu"),
+    ],
+)
+def test_a_request_beyond_the_largest_accelerator_made_needs_no_device_total(
+    requested: int, fires: bool
+) -> None:
+    text = (
+        "RuntimeError: Resource exhausted: Out of memory while trying to allocate "
+        f"{requested} bytes.: while running replica 0 and partition 0 of a replicated computation"
+    )
+
+    confidence = _finding(text, "single-allocation-too-large")
+
+    assert (confidence is not None and confidence_word(confidence) == "strong") is fires
+    if not fires:
+        assert confidence is None

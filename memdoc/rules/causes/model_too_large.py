@@ -9,6 +9,7 @@ from memdoc.rules.facts import (
     device_total,
     failed_device,
     failure,
+    frame_parts,
     frameworks,
     step_phase,
 )
@@ -37,6 +38,8 @@ _MOVE_TEXT = r"Loading checkpoint shards|\.from_pretrained\(|\.to\((?:\"|')?cuda
 # A TensorFlow node that fills a variable with its initial value.
 _TF_INITIALIZER = r"\[\[\{?\{?node [\w/.-]{0,300}/Initializer/"
 WEIGHTS_FILL = 0.8
+# A constructor's name, also as some frozen executables print it ("in init").
+_CONSTRUCTORS = frozenset({"__init__", "init"})
 
 
 class ModelTooLarge(RuleSpec):
@@ -175,13 +178,19 @@ it on one device.
             return None  # no context could be created: nothing of the model was placed yet
         moving = fail.in_frames(function_pattern=_MOVE_FUNCTIONS) or fail.says(_MOVE_TEXT)
         building = _building(fail)
-        if not (moving or building) and fail.oom.phase != "load":
+        constructing = not building and _in_a_constructor(fail)
+        if not (moving or building or constructing) and fail.oom.phase != "load":
             return None
         if fail.in_frames(file_pattern=r"serialization\.py") and not moving:
             return None  # torch.load itself: checkpoint-load-spike
         before_steps = not trace.is_text_only and not any(s.t <= fail.t for s in trace.steps())
         evidence, full, held = _fill_evidence(trace, fail)
-        if building and not moving:
+        if constructing and not moving:
+            summary = (
+                "The error came from inside a constructor, where a library builds its model on "
+                "the device"
+            )
+        elif building and not moving:
             summary = "The error happened while building the model's parameters"
         else:
             summary = "The error happened while loading the model or moving it to the device"
@@ -206,6 +215,14 @@ def _building(fail: Failure) -> bool:
     in TensorFlow, in the op that initialises a variable (`.../kernel/Initializer/...`)."""
     in_constructor = any(fail.in_frames(f, fn) for f, fn in _BUILD_FRAMES)
     return (in_constructor and step_phase(fail) is None) or fail.says(_TF_INITIALIZER)
+
+
+def _in_a_constructor(fail: Failure) -> bool:
+    """The innermost frame is an `__init__` outside any forward or backward pass: a library
+    (faster-whisper, ONNX Runtime) loading its weights to the device as it is built."""
+    if not fail.stack or step_phase(fail) is not None:
+        return False
+    return frame_parts(fail.stack[-1])[2] in _CONSTRUCTORS
 
 
 def _fill_evidence(trace: Trace, fail: Failure) -> tuple[list[Evidence], bool, float | None]:

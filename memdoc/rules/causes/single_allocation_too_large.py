@@ -40,6 +40,9 @@ ABSURD_RATIO = 10.0
 # Below the limit, a request at least this many times all the data held is what did not fit.
 DOMINANT_RATIO = 1.0
 SIZEABLE_SHARE = 0.25
+# The most memory one accelerator has today (288 GB of HBM3e): a request above it fits no
+# device, whatever device the error text forgot to name.
+LARGEST_DEVICE_BYTES = 288 * 10**9
 
 
 class SingleAllocationTooLarge(RuleSpec):
@@ -58,7 +61,8 @@ that grow with the square of the sequence length or with the vocabulary, a whole
 volume processed at once, or a convolution asking for a huge workspace.
 """
     confirm = """
-- "Tried to allocate" is larger than the "total capacity", or absurd (thousands of GiB).
+- "Tried to allocate" is larger than the "total capacity", or, where the text names no
+  device, larger than any accelerator has (288 GB today), or absurd (thousands of GiB).
 - In host memory the capacity is the tightest of RAM, the container's limit and the
   process's address-space cap (`ulimit -v`); `memdoc run` records all three.
 - The shape in the message, or of the tensor created on the failing line, has a dimension
@@ -154,7 +158,8 @@ volume processed at once, or a convolution asking for a huge workspace.
         device = failed_device(trace, oom)
         total = device_total(trace, device, oom)
         if not total:
-            return None
+            largest = Limit("largest accelerator made", LARGEST_DEVICE_BYTES)
+            return self._beyond(trace, largest, requested, involved)
         capacity = Limit(f"{device_name(device)} total", total)
         found = self._beyond(trace, capacity, requested, involved)
         if found is not None:
