@@ -35,7 +35,9 @@ class MemoryFractionCap(RuleSpec):
     what = """
 The allocator refused the request because of a limit set in configuration, while the GPU
 itself still had room: `torch.cuda.set_per_process_memory_fraction`, JAX's
-`XLA_PYTHON_CLIENT_MEM_FRACTION`, or a TensorFlow logical device with `memory_limit`.
+`XLA_PYTHON_CLIENT_MEM_FRACTION`, or a TensorFlow logical device with `memory_limit`. On
+Apple silicon, PyTorch's MPS backend stops at a high-watermark share of the Mac's memory
+("max allowed" in its message), set by `PYTORCH_MPS_HIGH_WATERMARK_RATIO`.
 """
     why = """
 Caps are set to share a GPU between processes, or copied from an example, and then
