@@ -26,6 +26,9 @@ CHUNK_BYTES = 1 << 16
 # to the program, as `memdoc run` without the dashboard does. A terminal's signals (SIGINT,
 # SIGQUIT, SIGHUP) reach the program itself, in the same foreground process group.
 _FORWARDED = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+# Signals that would end memdoc before the trace is closed: memdoc outlives them, passing each
+# on only where the terminal cannot have sent it to the program already (see `_from_kill`).
+_OUTLIVED = (signal.SIGHUP, signal.SIGQUIT)
 
 
 def run_live(options: RunOptions) -> RunResult:
@@ -56,8 +59,22 @@ def run_live(options: RunOptions) -> RunResult:
             terminated.append(signum)
             _close_dashboard()  # the program is ending: its output and the summary follow
 
+    dashboard_up: list[bool] = []
+
+    def outlive(signum: int, frame: FrameType | None) -> None:
+        passed_on = _from_kill(signum, dashboard_up=bool(dashboard_up))
+        if pids and worker.is_alive() and passed_on:
+            _signal_child(pids[0], signum)
+        if signum == signal.SIGHUP and not passed_on:
+            hung_up.append(signum)
+        if passed_on or hung_up:
+            _close_dashboard()  # the program is ending, or no terminal is left to draw on
+
+    hung_up: list[int] = []
     for signum in _FORWARDED:
         previous[signum] = signal.signal(signum, forward)
+    for signum in _OUTLIVED:
+        previous[signum] = signal.signal(signum, outlive)
     try:
         worker = threading.Thread(target=target, name="memdoc-run", daemon=True)
         worker.start()
@@ -69,9 +86,11 @@ def run_live(options: RunOptions) -> RunResult:
             if pids and worker.is_alive():
                 interrupt_like_a_terminal(pids[0])
 
-        if not terminated:  # a SIGTERM before the dashboard is up: no dashboard at all
+        if not terminated and not hung_up:  # a SIGTERM before the dashboard: none at all
+            dashboard_up.append(True)
             _show_dashboard(options.output, log_path, interrupt)
-        _pass_output_through(log_path, worker)
+            dashboard_up.clear()
+        _pass_output_through(log_path, worker, hung_up)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -85,6 +104,25 @@ def run_live(options: RunOptions) -> RunResult:
 
 def _ignore(signum: int, frame: FrameType | None) -> None:
     """SIGINT while memdoc waits: the program got it too and decides what happens."""
+
+
+def _from_kill(signum: int, *, dashboard_up: bool) -> bool:
+    """Whether a SIGHUP or SIGQUIT came from another process rather than the terminal, which
+    sends it to the whole foreground process group, the program included. A terminal that
+    hung up is no longer memdoc's controlling terminal; while the dashboard is up the
+    terminal is in raw mode and Ctrl-\\ sends no SIGQUIT."""
+    if signum == signal.SIGHUP:
+        return _has_terminal()
+    return dashboard_up
+
+
+def _has_terminal() -> bool:
+    try:
+        fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
 
 
 def _signal_child(pid: int, signum: int) -> None:
@@ -112,8 +150,9 @@ def _show_dashboard(trace: Path, log_path: Path, interrupt: Callable[[], None]) 
     run_live_dashboard(trace, log_path=log_path, interrupt=interrupt)
 
 
-def _pass_output_through(log_path: Path, worker: threading.Thread) -> None:
-    """Copy the program's output, from its start, to stdout while the program runs on."""
+def _pass_output_through(log_path: Path, worker: threading.Thread, hung_up: list[int]) -> None:
+    """Copy the program's output, from its start, to stdout while the program runs on; once
+    the terminal hangs up (or stdout fails), just wait: the output stays in the log."""
     out = sys.stdout.buffer
     try:
         log = open(log_path, "rb")  # noqa: SIM115 - read until the program ends
@@ -121,11 +160,15 @@ def _pass_output_through(log_path: Path, worker: threading.Thread) -> None:
         worker.join()
         return
     with log:
-        while True:
+        while not hung_up:
             running = worker.is_alive()
-            while chunk := log.read(CHUNK_BYTES):
-                out.write(chunk)
-            out.flush()
+            try:
+                while chunk := log.read(CHUNK_BYTES):
+                    out.write(chunk)
+                out.flush()
+            except OSError:
+                break
             if not running:
                 return
             worker.join(POLL_S)
+    worker.join()

@@ -141,3 +141,44 @@ def test_sigterm_to_memdoc_ends_the_program_and_memdoc_prints_its_summary(
     assert "trace:  run.memdoc" in screen
     assert term.exit_status() == 128 + signal.SIGTERM
     assert not program.is_running()
+
+
+@needs_tmux
+def test_a_terminal_that_hangs_up_leaves_a_closed_trace_of_the_program(
+    tmp_path: Path, terminal: type[Terminal]
+) -> None:
+    # An ssh session that drops: the terminal sends SIGHUP to memdoc and the program alike.
+    from memdoc.trace import load_trace
+
+    (tmp_path / "ticker.py").write_text(TICKER)
+    term = terminal(_run_live(tmp_path, "-o", "run.memdoc", "ticker.py", "never"))
+    term.wait_for("tick 3")
+    memdoc = _memdoc_in(tmp_path)
+    (program,) = memdoc.children()
+
+    term.close()
+
+    gone, alive = psutil.wait_procs([memdoc, program], timeout=20)
+    assert alive == []
+    trace = load_trace(tmp_path / "run.memdoc")
+    assert trace.complete
+    assert trace.exit is not None and trace.exit.signal == signal.SIGHUP
+
+
+@needs_tmux
+def test_sigquit_sent_to_memdoc_reaches_the_program_and_the_trace_is_closed(
+    tmp_path: Path, terminal: type[Terminal]
+) -> None:
+    (tmp_path / "ticker.py").write_text(TICKER)
+    term = terminal(_run_live(tmp_path, "-o", "run.memdoc", "ticker.py", "never"))
+    term.wait_for("tick 3")
+    memdoc = _memdoc_in(tmp_path)
+    (program,) = memdoc.children()
+
+    memdoc.send_signal(signal.SIGQUIT)
+
+    screen = term.wait_for("memdoc: Ended by SIGQUIT")
+    assert "trace:  run.memdoc" in screen
+    assert not program.is_running()
+    assert psutil.wait_procs([memdoc], timeout=10)[1] == []
+    assert term.exit_status() == 128 + signal.SIGQUIT
