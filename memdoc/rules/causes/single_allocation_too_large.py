@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.causes.xla_temp_buffers import made_inside_the_program
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals
 from memdoc.rules.facts import (
     Failure,
@@ -124,7 +125,9 @@ volume processed at once, or a convolution asking for a huge workspace.
     def check(self, trace: Trace) -> Finding | None:
         found = self._check(trace)
         fail = failure(trace)
-        if found is None or fail is None or not planned_by_xla(fail.oom):
+        if found is None or fail is None:
+            return found
+        if not (planned_by_xla(fail.oom) or made_inside_the_program(trace, fail)):
             return found
         if fail.oom.requested_unknown_huge:
             return found

@@ -28,6 +28,17 @@ FAR_LARGER = 8.0
 _TO_CONFIRM = "print `jax.jit(f).lower(...).compile().memory_analysis()`"
 
 
+def made_inside_the_program(trace: Trace, fail: Failure) -> bool:
+    """An XLA request far larger than all the data the program held: the compiled program
+    made it (a temporary), so a smaller batch or rematerialisation shrinks it."""
+    oom = fail.oom
+    requested = oom.requested_bytes
+    if oom.framework != "jax" or not requested or not fail.says(_XLA_OOM):
+        return False
+    held = data_held(trace, fail)
+    return held is not None and requested >= FAR_LARGER * held.held_bytes
+
+
 class XlaTempBuffers(RuleSpec):
     slug = "xla-temp-buffers"
     code = "MD020"
