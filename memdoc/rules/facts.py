@@ -324,24 +324,6 @@ def step_curve(trace: Trace, device: int | None = None) -> Curve | None:
     return None
 
 
-def curve_capacity(trace: Trace, curve: Curve, oom: OomInfo | None) -> float | None:
-    """What the curve can grow to: on the host the tightest of the first process's
-    address-space cap, the cgroup limit and RAM; else the device."""
-    if curve.on_host:
-        limits = [
-            last[1]
-            for metric, pid in (
-                (Metric.HOST_RLIMIT_AS, root_pid(trace)),
-                (Metric.CGROUP_LIMIT, None),
-                (Metric.HOST_TOTAL, None),
-            )
-            if (series := trace.series(metric, None, pid)) is not None
-            and (last := series.last()) is not None
-        ]
-        return min(limits) if limits else None
-    return device_total(trace, curve.device, oom)
-
-
 def root_pid(trace: Trace) -> int | None:
     """The job's first process: the program `memdoc run` started, or the watched process."""
     for process in trace.processes(ours=True):

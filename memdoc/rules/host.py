@@ -5,7 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from memdoc.rules.facts import GPU_FRAMEWORKS, Failure, framework_at, framework_name, root_pid
+from memdoc.rules.facts import (
+    GPU_FRAMEWORKS,
+    Curve,
+    Failure,
+    device_total,
+    framework_at,
+    framework_name,
+    root_pid,
+)
 from memdoc.trace.model import EventKind, Metric, OomInfo
 from memdoc.trace.reader import Trace
 
@@ -91,6 +99,14 @@ def job_limit(trace: Trace) -> Limit | None:
     its cgroup's limit (or one above it), or the machine's RAM."""
     limits = host_limits(trace, root_pid(trace))
     return limits[0] if limits else None
+
+
+def curve_capacity(trace: Trace, curve: Curve, oom: OomInfo | None) -> float | None:
+    """What the curve can grow to: on the host the job's tightest limit, else the device."""
+    if curve.on_host:
+        limit = job_limit(trace)
+        return limit.limit_bytes if limit is not None else None
+    return device_total(trace, curve.device, oom)
 
 
 def cgroup_limit_label(trace: Trace) -> str:

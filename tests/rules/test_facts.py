@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from memdoc.rules.facts import Failure, curve_capacity, failure, measured_baselines, step_curve
-from memdoc.rules.host import host_limits, job_limit, job_peak_resident, on_host
+from memdoc.rules.facts import Failure, failure, measured_baselines, step_curve
+from memdoc.rules.host import curve_capacity, host_limits, job_limit, job_peak_resident, on_host
 from memdoc.rules.text_trace import text_trace
 from memdoc.trace import Metric, OomInfo, SeriesKey, load_trace
 from tests.rules.fixture_cases import RULE_FIXTURES

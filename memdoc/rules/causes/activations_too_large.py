@@ -10,7 +10,6 @@ from memdoc.rules.facts import (
     Curve,
     Failure,
     baselines,
-    curve_capacity,
     failed_device,
     failure,
     frameworks,
@@ -19,7 +18,7 @@ from memdoc.rules.facts import (
     step_curve,
     step_phase,
 )
-from memdoc.rules.host import host_limits, on_host, resident_at_failure
+from memdoc.rules.host import curve_capacity, host_limits, on_host, resident_at_failure
 from memdoc.rules.ledger import cached_unused_bytes, held_bytes, sizeable_cache
 from memdoc.rules.spec import (
     RuleSpec,

@@ -9,7 +9,6 @@ from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
 from memdoc.rules.facts import (
     Curve,
     Failure,
-    curve_capacity,
     failed_device,
     failure,
     frameworks,
@@ -17,6 +16,7 @@ from memdoc.rules.facts import (
     specific_library,
     step_curve,
 )
+from memdoc.rules.host import curve_capacity
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
