@@ -10,6 +10,8 @@ from memdoc.oom.logtext import Hit, LogText, rank_of, strip_prefix
 from memdoc.oom.tensorflow import bfc_framework
 from memdoc.trace.model import OomInfo
 
+# How far past its `InUse:` line a Stats block may run (it has eight lines).
+STATS_AFTER_ANCHOR = 12
 _STATS_NEEDLE = "inuse:"  # `InUse:` and `MaxInUse:` lines of the Stats block
 # A number with an optional unit, never swallowing the next word ("1074790400 memory_limit_").
 _AMOUNT = rf"{NUM}(?:\s{{0,3}}(?:[KMGTPE]i?B|bytes?|B)(?!\w))?"
@@ -73,7 +75,8 @@ def _dump_hit(log: LogText, anchor: int) -> Hit | None:
             break
     dump = _Dump()
     # Without a `Stats:` line, read from where Limit would be (two lines above MaxInUse).
-    first, end = _read_stats(log, header + 1 if header is not None else max(0, anchor - 2), dump)
+    begin = header + 1 if header is not None else max(0, anchor - 2)
+    first, end = _read_stats(log, begin, anchor + STATS_AFTER_ANCHOR, dump)
     if "InUse" not in dump.stats and "Limit" not in dump.stats:
         return None
     # The chunk listing and pool lines come before the `Stats:` line they belong to.
@@ -88,13 +91,16 @@ def _dump_hit(log: LogText, anchor: int) -> Hit | None:
     )
 
 
-def _read_stats(log: LogText, begin: int, dump: _Dump) -> tuple[int, int]:
-    """Parse `Limit: ...` to `LargestFreeBlock: ...` from line `begin`: (first, last) line read."""
+def _read_stats(log: LogText, begin: int, last: int, dump: _Dump) -> tuple[int, int]:
+    """Parse `Limit: ...` to `LargestFreeBlock: ...` from line `begin` up to line `last`:
+    (first, last) line read."""
     first: int | None = None
     end = begin
-    for index in range(begin, min(len(log.lines), begin + 15)):
+    for index in range(begin, min(len(log.lines), last + 1)):
         part = strip_prefix(log.head(index, 300))
         match = _STAT.match(part)
+        if match is not None and match.group(1) in dump.stats:
+            break  # a second Stats block starts: it is a dump of its own
         if match is not None:
             value = to_bytes(match.group(2))
             if value is not None:

@@ -35,6 +35,7 @@ _FORMS = (
     _Form("cudnn_status_alloc_failed", "cudnn"),
     _Form("could not create cudnn handle", "cudnn", "tensorflow"),
     _Form("cudnn_status_not_initialized", "cudnn"),
+    _Form("cudnn_status_internal_error", "cudnn"),
     _Form("failed to get convolution algorithm", "cudnn", "tensorflow"),
     _Form("failed to determine best cudnn convolution algorithm", "cudnn", "jax"),
     _Form("dnn library is not found", "cudnn", "jax"),

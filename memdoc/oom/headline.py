@@ -27,8 +27,22 @@ _DEVICE_MEMORY = re.compile(
 # leading a description of when ("Killed during from_pretrained"): not "Killed the old run".
 _KILLED = re.compile(
     r"^[\"'`“‘]Killed[\"'`”’]"
-    r"|^Killed\b\s*(?:$|[-–:(.,]|(?:without|during|while|when|after|at|on|in)\b)",
+    r"|^Killed\b\s*(?:$|[-–:(.,]|(?:without|during|while|when|after|at|on|in)\b)"
+    # "Training killed", "python process gets killed while loading"
+    r"|\b(?:training|process|job|script|kernel|python|run|program|worker)\s+"
+    r"(?:was\s+|got\s+|gets\s+|is\s+|being\s+)?killed\b",
     re.I,
+)
+# A kill the line itself blames on something other than memory.
+_OTHER_KILLER = re.compile(
+    r"time ?limit|timeout|timed out|cancel|preempt|SIGTERM|SIGINT|Ctrl-C|by (?:the )?user"
+    r"|manually|segmentation fault|segfault|watchdog",
+    re.I,
+)
+# A line of code that quotes the words: `if "out of memory" in str(e):`.
+_CODE = re.compile(
+    r"^(?:raise|return|print|assert)\b.*[(\"']"
+    r"|\bin str\(|==\s{0,3}[\"']|:\s*$"
 )
 _HOST_WORDS = re.compile(r"\b(?:RAM|host memory|system memory|CPU memory|swap)\b", re.I)
 _GPU_WORDS = re.compile(r"\b(?:cuda|gpu|gpus|vram|hip|rocm|mps|device)\b", re.I)
@@ -53,9 +67,9 @@ def find(log: LogText) -> list[Hit]:
     """The headline's memory error, when the whole text is a headline that states one."""
     lines = headline_lines(log)
     for index, text in lines:
-        if _NOT_AN_ERROR.search(text) or ADVICE.search(text):
+        if _NOT_AN_ERROR.search(text) or ADVICE.search(text) or _CODE.search(text):
             continue
-        if _KILLED.search(text):
+        if _KILLED.search(text) and not _OTHER_KILLER.search(text):
             info = _info(text, "host-kill", framework="host", device_type="cpu")
             return [Hit(line=index, end=index, info=info, rank=info.rank, weak=True)]
         if _DEVICE_MEMORY.search(text) is None:

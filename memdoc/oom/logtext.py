@@ -32,6 +32,8 @@ _RECORD_START = re.compile(
 
 # Source lines that a traceback prints, where a message is only quoted or caught:
 # `if "CUDA out of memory" in str(e):`, `except torch.OutOfMemoryError:`, a format string.
+# Blanks standing for a lost line break, searched backwards: at least eight, then text.
+_WIDE_GAP = re.compile(r"\s{8,}(?=\S)")
 _SOURCE_LINE = re.compile(
     r"""^(?:["']|(?:if|elif|except|assert|return|for|while|def|with|match|case|\#) )"""
     r"""|\bin str\(|\.format\(|\bstr\(\w{1,20}\)|==\s{0,3}["']"""
@@ -62,6 +64,14 @@ def rank_of(line: str) -> int | None:
 def is_source_line(part: str) -> bool:
     """Whether a (prefix-stripped) line is program source that quotes a message, not the message."""
     return _SOURCE_LINE.search(part[:300]) is not None
+
+
+def message_part(line: str, column: int) -> str:
+    """Where the message at `column` starts: the whole line, or, when a paste lost its line
+    breaks and ran a code line and the error together, what follows the last wide gap of
+    blanks before it (`return f(x)        torch.OutOfMemoryError: ...`)."""
+    gap = _WIDE_GAP.search(line[:column][::-1])
+    return line[column - gap.start() :] if gap is not None else line
 
 
 def starts_record(part: str) -> bool:

@@ -15,7 +15,15 @@ from memdoc.oom.fields import (
     to_bytes,
     to_int,
 )
-from memdoc.oom.logtext import Hit, LogText, Window, is_source_line, rank_of
+from memdoc.oom.logtext import (
+    Hit,
+    LogText,
+    Window,
+    is_source_line,
+    message_part,
+    rank_of,
+    strip_prefix,
+)
 from memdoc.trace.model import OomInfo, ProcessUsage
 
 # Lowercase needles that start a PyTorch allocator message.
@@ -76,7 +84,7 @@ def find(log: LogText) -> list[Hit]:
     hits: list[Hit] = []
     for line in sorted(anchors):
         window = log.window(line, anchors[line], max_chars=3000, stop_at=_ALLOCATOR_NEEDLES)
-        first = window.parts[0]
+        first = strip_prefix(message_part(window.parts[0], anchors[line]))
         if is_source_line(first) or not _is_error_line(first):
             continue
         hits.append(_allocator_hit(log, line, window))

@@ -42,6 +42,7 @@ from memdoc.oom import parse_all, parse_text
             None,
             id="quoted-killed",
         ),
+        pytest.param("Training killed KWS20", "host-kill", "cpu", None, id="training-killed"),
         pytest.param(
             "Out of memory in host RAM while building the index",
             "host-alloc",
@@ -69,6 +70,7 @@ def test_a_headline_that_states_a_memory_error_is_read_as_one(
         pytest.param("Training runs with no OOM at batch size 8", id="no-oom"),
         pytest.param("You may run out of memory with batch size 512.", id="advice"),
         pytest.param("Killed the stale run before starting", id="killed-as-a-verb"),
+        pytest.param("Training job was killed by the SLURM time limit", id="killed-for-time"),
         pytest.param("Use --oom-free-mode for long sequences", id="oom-free"),
         pytest.param(
             "\n".join(f"step {i} loss=0.5 (no retry after OOM guard)" for i in range(3))
@@ -99,6 +101,12 @@ def test_the_same_words_inside_a_longer_log_are_not_read_as_a_headline() -> None
         ),
         pytest.param("loading data\nKilled.", "host-kill", "host", id="killed-with-a-period"),
         pytest.param(
+            "E cuda_dnn.cc:329] Could not run conv: CUDNN_STATUS_INTERNAL_ERROR",
+            "disguised",
+            "unknown",
+            id="cudnn-internal-error",
+        ),
+        pytest.param(
             "Unexpected BUS error encountered in DataLoader worker. This might be caused by "
             "insufficient shared memory (shm), please check whether use_shared_memory is set",
             "shm",
@@ -121,3 +129,18 @@ def test_host_failures_in_the_shells_and_loaders_other_wordings(
 
     assert oom is not None
     assert (oom.kind, oom.framework) == (kind, framework)
+
+
+def test_a_traceback_pasted_without_its_line_breaks_still_shows_its_error() -> None:
+    flattened = (
+        "return torch._C._nn.cross_entropy_loss(input, target, weight, ignore_index)"
+        + " " * 60
+        + "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 250.00 MiB "
+        "(GPU 1; 31.75 GiB total capacity; 30.35 GiB already allocated; 209.75 MiB free)"
+    )
+    quoted = 'if "CUDA out of memory. Tried to allocate" in str(err):'
+
+    oom = parse_text(flattened)
+
+    assert oom is not None and oom.requested_bytes == 250 * 2**20 and oom.device == 1
+    assert parse_all(quoted) == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from oomtext import CATALOGUE, FORMATS, fenced_blocks, jsonl, text_of
@@ -102,6 +103,45 @@ def test_real_fragments_spliced_with_junk_get_consistent_answers(text: str) -> N
 def test_lines_of_noise_before_a_text_only_move_its_errors_down(text: str, count: int) -> None:
     # A headline ("CUDA OOM when loading the state dict") is read only as a whole text.
     assume(not headline.find(LogText(text)))
+    noise = "2024-05-01 12:00:00 INFO step 10 loss=0.5000\n" * count
+    moved = parse_all(noise + text)
+    assert moved == [replace(info, line=(info.line or 0) + count) for info in parse_all(text)]
+
+
+# Two Stats blocks in a row, and a stray `InUse:` line above one: where the text starts must
+# not change which lines a block is read from (both found by the property above).
+_STATS = (
+    "Limit:                      7365066752\nInUse:                      7151588096\n"
+    "MaxInUse:                   7151588352\nNumAllocs:                        5650\n"
+    "MaxAllocSize:                176947200\nReserved:                            0\n"
+    "PeakReserved:                        0\nLargestFreeBlock:                    {free}"
+)
+_CUDNN = (
+    "  Profiling failure on CUDNN engine 1: RESOURCE_EXHAUSTED: Allocating 4718624784 bytes "
+    "exceeds the memory limit of 4294967296 bytes.\n"
+)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(
+            _STATS.format(free=7365066752) + "\n" + _STATS.format(free=0).split("\n", 1)[1],
+            id="a-second-block-without-its-limit",
+        ),
+        pytest.param(
+            "InUse:No algorithm worked!  Error messages:\n"
+            + _CUDNN * 2
+            + "I tensorflow/core/common_runtime/bfc_allocator.cc:1101] Sum Total of in-use "
+            "chunks: 6.66GiB\n"
+            "I tensorflow/core/common_runtime/bfc_allocator.cc:1109] Stats: \n"
+            + _STATS.format(free=0),
+            id="a-stray-inuse-above",
+        ),
+    ],
+)
+@pytest.mark.parametrize("count", [1, 2, 5])
+def test_a_bfc_dump_reads_the_same_wherever_the_text_starts(text: str, count: int) -> None:
     noise = "2024-05-01 12:00:00 INFO step 10 loss=0.5000\n" * count
     moved = parse_all(noise + text)
     assert moved == [replace(info, line=(info.line or 0) + count) for info in parse_all(text)]

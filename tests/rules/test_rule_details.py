@@ -437,11 +437,12 @@ def test_mps_stopping_at_its_watermark_names_the_setting_that_raises_it() -> Non
         "(may cause system failure)."
     )
 
-    findings = explain_text(text).findings
+    # Weak: in real threads a smaller model or batch settled most of these, not the setting.
+    (cap,) = [f for f in explain_text(text).findings if f.rule == "memory-fraction-cap"]
 
-    assert findings[0].rule == "memory-fraction-cap"
-    assert confidence_word(findings[0].confidence) == "possible"
-    assert [fix.code for fix in findings[0].fixes] == [
+    assert confidence_word(cap.confidence) == "weak"
+    assert "PYTORCH_MPS_HIGH_WATERMARK_RATIO" in cap.summary
+    assert [fix.code for fix in cap.fixes] == [
         "PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 python train.py"
     ]
     cuda = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
@@ -451,7 +452,7 @@ def test_mps_stopping_at_its_watermark_names_the_setting_that_raises_it() -> Non
 @pytest.mark.parametrize(
     ("text", "first"),
     [
-        pytest.param("RuntimeError: CUDA error: out of memory\n", "other-process", id="bare-c10"),
+        pytest.param("RuntimeError: CUDA error: out of memory\n", None, id="bare-c10"),
         pytest.param(
             'Traceback (most recent call last):\n  File "train.py", line 282, in validate\n'
             "    scores_copy = scores.clone()\nRuntimeError: CUDA error: out of memory\n",
@@ -466,17 +467,19 @@ def test_mps_stopping_at_its_watermark_names_the_setting_that_raises_it() -> Non
     ],
 )
 def test_a_cuda_call_outside_the_allocator_points_at_a_full_gpu_only_without_a_traceback(
-    text: str, first: str
+    text: str, first: str | None
 ) -> None:
     findings = explain_text(text).findings
 
-    assert findings[0].rule == first
-    other = [f for f in findings if f.rule == "other-process"]
-    if first == "other-process":
-        assert confidence_word(other[0].confidence) == "possible"
-        assert "cannot tell" in other[0].summary
+    outside = [f for f in findings if "outside PyTorch's caching allocator" in f.summary]
+    if first is None:  # weak: in real threads it was another process in a third of them
+        assert [f.rule for f in outside] == ["other-process"]
+        assert confidence_word(outside[0].confidence) == "weak"
+        assert "cannot tell" in outside[0].summary
+        assert [f.rule for f in findings[:3]].count("other-process") == 1
     else:
-        assert not other or confidence_word(other[0].confidence) == "weak"
+        assert findings[0].rule == first
+        assert outside == []
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from memdoc.rules.base import Evidence, Finding, Fix
-from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals
+from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
 from memdoc.rules.facts import (
     Failure,
     device_total,
@@ -152,7 +152,7 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
         )
         return self.finding(
             trace,
-            Signals(POSSIBLE),
+            Signals(WEAK),
             summary,
             evidence,
             to_confirm="watch Activity Monitor's memory pressure: with room left, the limit "

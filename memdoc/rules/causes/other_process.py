@@ -159,7 +159,7 @@ keep their memory until they are stopped.
             "creating the CUDA context or a library handle on a GPU that other processes had "
             "already filled; without a traceback, the text alone cannot tell which call."
         )
-        return self._full_before_start(trace, oom, Signals(POSSIBLE), summary)
+        return self._full_before_start(trace, oom, Signals(WEAK), summary)
 
     def _full_before_start(
         self, trace: Trace, oom: OomInfo, signals: Signals, summary: str

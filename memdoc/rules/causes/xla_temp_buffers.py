@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from memdoc.rules.base import Evidence, Finding, Fix
-from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
+from memdoc.rules.confidence import LIKELY, STRONG, WEAK, Signals
 from memdoc.rules.facts import Failure, failure, frameworks, specific_library
 from memdoc.rules.host import data_held
 from memdoc.rules.spec import (
@@ -130,7 +130,7 @@ sequences scale the temporaries.
             summary = "XLA could not allocate a buffer for the compiled program."
             return self.finding(
                 trace,
-                Signals(POSSIBLE),
+                Signals(WEAK),
                 summary,
                 evidence,
                 to_confirm=_TO_CONFIRM,
