@@ -250,7 +250,7 @@ def relayed_from(exc: BaseException) -> int | None:
 
 def header_for_this_process(command: Sequence[str], *, interval_s: float, mode: str) -> Header:
     """The trace header for a recording made from this process (`run` or `watch`)."""
-    from memdoc.metrics.identity import launcher_ranks
+    from memdoc.collectors.launcher import launcher_ranks
     from memdoc.version import __version__
 
     return Header(

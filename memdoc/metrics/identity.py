@@ -7,12 +7,12 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from memdoc.collectors.launcher import first_int, launcher_ranks
+
 # The first variable that is set names the job: SLURM, then torchrun (elastic), then a
 # Kubernetes pod (whose HOSTNAME is the pod name).
 _JOB_VARIABLES = ("MEMDOC_JOB_ID", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "POD_NAME")
 _NODE_VARIABLES = ("NODE_RANK", "GROUP_RANK", "SLURM_NODEID", "OMPI_COMM_WORLD_NODE_RANK")
-_RANK_VARIABLES = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK")
-_LOCAL_RANK_VARIABLES = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK")
 # torchrun's own options, in both spellings it accepts: `--node-rank 1`, `--node_rank=1`.
 _NODE_RANK_OPTION = re.compile(r"^--node[-_]rank(?:=(\d+))?$")
 _RDZV_ID_OPTION = re.compile(r"^--rdzv[-_]id(?:=(.+))?$")
@@ -49,7 +49,7 @@ def job_identity(
     job = _first_text(environ, _JOB_VARIABLES) or _option(command, _RDZV_ID_OPTION)
     if job is None and environ.get("KUBERNETES_SERVICE_HOST"):
         job = environ.get("HOSTNAME") or None  # in a pod, HOSTNAME is the pod's name
-    node = _first_int(environ, _NODE_VARIABLES)
+    node = first_int(environ, _NODE_VARIABLES)
     if node is None:
         node = _int(_option(command, _NODE_RANK_OPTION))
     rank, local_rank = launcher_ranks(environ)
@@ -60,11 +60,6 @@ def job_identity(
         rank=rank,
         local_rank=local_rank,
     )
-
-
-def launcher_ranks(environ: Mapping[str, str]) -> tuple[int | None, int | None]:
-    """(rank, local rank) as the launcher set them: torchrun, SLURM or Open MPI."""
-    return _first_int(environ, _RANK_VARIABLES), _first_int(environ, _LOCAL_RANK_VARIABLES)
 
 
 def _option(command: Sequence[str], pattern: re.Pattern[str]) -> str | None:
@@ -80,10 +75,6 @@ def _option(command: Sequence[str], pattern: re.Pattern[str]) -> str | None:
 
 def _first_text(environ: Mapping[str, str], names: Sequence[str]) -> str | None:
     return next((environ[n] for n in names if environ.get(n)), None)
-
-
-def _first_int(environ: Mapping[str, str], names: Sequence[str]) -> int | None:
-    return next((v for n in names if (v := _int(environ.get(n))) is not None), None)
 
 
 def _int(text: str | None) -> int | None:

@@ -11,6 +11,7 @@ from memdoc.oom import parse_text
 from memdoc.rules.base import Finding, Rule, RunRule
 from memdoc.rules.confidence import LIKELY, TEXT_ONLY_CAP, WEAK, Signals, capped
 from memdoc.rules.priors import (
+    BARE_CAUSES,
     INCIDENTS,
     INCIDENTS_BY_CAUSE,
     common_causes,
@@ -23,6 +24,7 @@ from memdoc.rules.registry import RULES, all_rules, all_run_rules
 from memdoc.rules.spec import RuleSpec, count_evidence
 from memdoc.rules.text_trace import text_trace
 from memdoc.rules.words import explain_in_words
+from memdoc.trace.ledger import oom_reserved_bytes, oom_this_process_bytes
 from memdoc.trace.model import OomInfo
 from memdoc.trace.reader import Run, Trace
 
@@ -156,7 +158,9 @@ def _common_causes(trace: Trace, oom: OomInfo, found: Sequence[Finding], why: st
     """Weak findings for the most common causes of a device error, not found otherwise."""
     named = {f.rule for f in found}
     added: list[Finding] = []
-    for slug in common_causes(oom.framework):
+    # The commonest causes the error's own figures do not rule out.
+    candidates = [s for s in common_causes(oom.framework, None) if not _ruled_out(s, oom)]
+    for slug in candidates[:BARE_CAUSES]:
         rule = RULES.get(slug)
         if slug in named or not isinstance(rule, RuleSpec):
             continue
@@ -176,6 +180,19 @@ def _common_causes(trace: Trace, oom: OomInfo, found: Sequence[Finding], why: st
             )
         )
     return added
+
+
+# The share of the device this process must hold for other processes not to be the cause.
+MOSTLY_OURS = 0.75
+
+
+def _ruled_out(slug: str, oom: OomInfo) -> bool:
+    """The error's own figures rule the cause out: other processes cannot have filled a
+    device that this process held most of."""
+    if slug != "other-process" or not oom.total_bytes:
+        return False
+    ours = oom_this_process_bytes(oom) or oom_reserved_bytes(oom) or oom.bfc_in_use_bytes
+    return ours is not None and ours >= MOSTLY_OURS * oom.total_bytes
 
 
 def to_json(oom: OomInfo | None, findings: Sequence[Finding]) -> dict[str, Any]:

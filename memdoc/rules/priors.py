@@ -48,14 +48,15 @@ ONLY_IN = {
 }
 
 
-def common_causes(framework: str) -> tuple[str, ...]:
-    """The most common causes of a device memory error that this framework can have."""
+def common_causes(framework: str, count: int | None = BARE_CAUSES) -> tuple[str, ...]:
+    """The `count` most common causes of a device memory error that this framework can
+    have (all of them, most common first, for None)."""
     possible = [
         slug
         for slug in GPU_CAUSES
         if framework in ("unknown", "") or framework in ONLY_IN.get(slug, {framework})
     ]
-    return tuple(possible[:BARE_CAUSES])
+    return tuple(possible[:count])
 
 
 def prior_rank(slug: str) -> int:

@@ -13,8 +13,8 @@ from typing import Any
 
 from memdoc.api import pop_session, push_session
 from memdoc.collectors.base import SessionHandle, Values
+from memdoc.collectors.launcher import launcher_ranks
 from memdoc.collectors.registry import agent_collectors
-from memdoc.metrics.identity import launcher_ranks
 from memdoc.run.channel import ENV_INTERVAL, ENV_SOCKET, AgentChannel
 from memdoc.run.handled import exit_recording_error_in_hand, watch_caught_errors
 from memdoc.session import DEFAULT_INTERVAL_S, Session, host_memory_now

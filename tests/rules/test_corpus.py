@@ -30,7 +30,7 @@ FRAMEWORKS = {"pytorch", "tensorflow", "jax", "nccl", "host", "other"}
 # Measured on each half with the rules of the day: the rates may only go up, the count of
 # non-memory errors taken for memory errors may only go down.
 TOP1_FLOOR = {"dev": 0.630, "held": 0.511}
-TOP3_FLOOR = {"dev": 0.892, "held": 0.766}
+TOP3_FLOOR = {"dev": 0.899, "held": 0.777}
 RECOGNISED_FLOOR = {"dev": 1.0, "held": 0.922}
 FALSE_POSITIVES_CEILING = {"dev": 1, "held": 3}
 # Whether a surer confidence word is right at least as often as a less sure one, on each half,
