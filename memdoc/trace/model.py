@@ -328,8 +328,9 @@ class OomInfo:
 
 
 def _is_int(value: Any) -> bool:
-    """A whole number that fits the 64 bits every allocator counts in."""
-    return isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**63
+    """A whole number as large as an error text can print one: parsed figures stay as
+    printed, impossible ones included (2^64 - 1 from NVML, a 30-digit run)."""
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**128
 
 
 def _int(value: Any) -> int:

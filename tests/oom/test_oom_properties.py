@@ -145,3 +145,16 @@ def test_a_bfc_dump_reads_the_same_wherever_the_text_starts(text: str, count: in
     noise = "2024-05-01 12:00:00 INFO step 10 loss=0.5000\n" * count
     moved = parse_all(noise + text)
     assert moved == [replace(info, line=(info.line or 0) + count) for info in parse_all(text)]
+
+
+def test_an_absurd_printed_figure_survives_a_save_and_a_load() -> None:
+    # Found by the property above: a size far beyond 64 bits, parsed as printed.
+    text = (
+        "RuntimeError: cuda runtime error (2) : out of memory at /conda-bld/pytorch-0.1.9"
+        "(local)1e999EB ALREADYALLOCATED"
+    )
+
+    (info,) = parse_all(text)
+
+    assert info.allocated_bytes is not None and info.allocated_bytes > 2**64
+    assert OomInfo.from_dict(info.to_dict()) == info
