@@ -55,7 +55,7 @@ _NOT_AN_ERROR = re.compile(
 )
 
 
-def headline_lines(log: LogText) -> list[tuple[int, str]]:
+def _headline_lines(log: LogText) -> list[tuple[int, str]]:
     """The text's non-blank lines (index, text) when it is a headline, else nothing."""
     lines = [(index, strip_prefix(raw)) for index, raw in enumerate(log.lines) if raw.strip()]
     if len(lines) > MAX_LINES or any(len(text) > MAX_CHARS for _, text in lines):
@@ -65,7 +65,7 @@ def headline_lines(log: LogText) -> list[tuple[int, str]]:
 
 def find(log: LogText) -> list[Hit]:
     """The headline's memory error, when the whole text is a headline that states one."""
-    lines = headline_lines(log)
+    lines = _headline_lines(log)
     for index, text in lines:
         if _NOT_AN_ERROR.search(text) or ADVICE.search(text) or _CODE.search(text):
             continue
