@@ -256,8 +256,25 @@ def _host_alloc(log: LogText) -> list[Hit]:
     return hits
 
 
+# What hosted notebooks say when the kernel died for lack of RAM (Colab, Kaggle).
+_NOTEBOOK_NOTICES = (
+    "session crashed after using all available ram",
+    "tried to allocate more memory than is available",
+)
+
+
+def _notebook_notice(log: LogText) -> list[Hit]:
+    hits = []
+    for needle in _NOTEBOOK_NOTICES:
+        for line, _ in log.anchors(needle):
+            info = _info(log, line, "host-kill")
+            hits.append(Hit(line=line, end=line, info=info, rank=info.rank))
+    return hits
+
+
 _FINDERS: tuple[Callable[[LogText], list[Hit]], ...] = (
     _dataloader,
+    _notebook_notice,
     _dmesg,
     _killed_lines,
     _exit_kills,

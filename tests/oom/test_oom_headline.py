@@ -101,6 +101,15 @@ def test_the_same_words_inside_a_longer_log_are_not_read_as_a_headline() -> None
         ),
         pytest.param("loading data\nKilled.", "host-kill", "host", id="killed-with-a-period"),
         pytest.param(
+            "Your session crashed after using all available RAM.", "host-kill", "host", id="colab"
+        ),
+        pytest.param(
+            "Your notebook tried to allocate more memory than is available. It has restarted.",
+            "host-kill",
+            "host",
+            id="kaggle",
+        ),
+        pytest.param(
             "E cuda_dnn.cc:329] Could not run conv: CUDNN_STATUS_INTERNAL_ERROR",
             "disguised",
             "unknown",
