@@ -97,6 +97,15 @@ def step_phase(fail: Failure) -> str | None:
     return None
 
 
+# A request this small fails only on a device that was already all but full.
+TINY_REQUEST_BYTES = 4 * 2**20
+
+
+def tiny_request(oom: OomInfo) -> bool:
+    """A failed request so small that what filled the device matters, not the request."""
+    return oom.requested_bytes is not None and oom.requested_bytes <= TINY_REQUEST_BYTES
+
+
 def planned_by_xla(oom: OomInfo) -> bool:
     """An XLA error that shows the compiled program's buffer plan (its working memory)."""
     return bool(oom.xla_buffers or oom.xla_temp_bytes or oom.xla_total_bytes) or (

@@ -30,7 +30,7 @@ FRAMEWORKS = {"pytorch", "tensorflow", "jax", "nccl", "host", "other"}
 # Measured on each half with the rules of the day: the rates may only go up, the count of
 # non-memory errors taken for memory errors may only go down.
 TOP1_FLOOR = {"dev": 0.632, "held": 0.505}
-TOP3_FLOOR = {"dev": 0.897, "held": 0.757}
+TOP3_FLOOR = {"dev": 0.908, "held": 0.757}
 RECOGNISED_FLOOR = {"dev": 1.0, "held": 0.909}
 FALSE_POSITIVES_CEILING = {"dev": 3, "held": 3}
 # Whether a surer confidence word is right at least as often as a less sure one, on each half,

@@ -536,3 +536,31 @@ def test_a_request_beyond_the_largest_accelerator_made_needs_no_device_total(
     assert (confidence is not None and confidence_word(confidence) == "strong") is fires
     if not fires:
         assert confidence is None
+
+
+@pytest.mark.parametrize(
+    ("shape", "tiny"),
+    [
+        pytest.param("[1024]", True, id="4-kib"),
+        pytest.param("[3,3,256,256]", True, id="2-mib-of-weights"),
+        pytest.param("[5760,4,4,2048]", False, id="750-mib-of-activations"),
+    ],
+)
+def test_a_tiny_request_that_failed_points_at_what_filled_the_device_first(
+    shape: str, tiny: bool
+) -> None:
+    text = (
+        f"ResourceExhaustedError: OOM when allocating tensor with shape{shape} and type float "
+        "on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc"
+    )
+
+    findings = {f.rule: f for f in explain_text(text).findings}
+
+    activations = confidence_word(findings["activations-too-large"].confidence)
+    if tiny:
+        assert activations == "weak"
+        assert "already full" in findings["other-process"].summary
+        assert {"model-too-large", "other-process"} <= set(findings)
+    else:
+        assert activations == "likely"
+        assert "other-process" not in findings

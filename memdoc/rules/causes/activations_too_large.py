@@ -17,6 +17,7 @@ from memdoc.rules.facts import (
     specific_library,
     step_curve,
     step_phase,
+    tiny_request,
 )
 from memdoc.rules.host import curve_capacity, host_limits, on_host, resident_at_failure
 from memdoc.rules.ledger import cached_unused_bytes, held_bytes, sizeable_cache
@@ -299,7 +300,15 @@ job fails in the first steps, or on the first unusually long or large input.
         )
 
     def _without_sizes(self, trace: Trace, oom: OomInfo) -> Finding:
-        if oom.shape is not None and not oom.xla_buffers:
+        if oom.shape is not None and not oom.xla_buffers and tiny_request(oom):
+            signals = Signals(WEAK)
+            summary = (
+                f"A tensor of shape {list(oom.shape)}, only "
+                f"{format_bytes(oom.requested_bytes or 0)}, did not fit: the device was "
+                "already full before it, with what the step had built, the model's weights, or "
+                "another process."
+            )
+        elif oom.shape is not None and not oom.xla_buffers:
             signals = Signals(LIKELY)
             summary = (
                 f"A tensor of shape {list(oom.shape)} did not fit: the per-step working set "

@@ -15,6 +15,7 @@ from memdoc.rules.facts import (
     frameworks,
     library_name,
     starved_library,
+    tiny_request,
 )
 from memdoc.rules.ledger import pool_bytes
 from memdoc.rules.spec import (
@@ -125,8 +126,24 @@ keep their memory until they are stopped.
             judged
             or self._before_start(trace, fail)
             or self._outside_the_allocator(trace, fail)
+            or self._full_before_a_tiny_request(trace, fail, total)
             or self._starved(trace, fail, total)
         )
+
+    def _full_before_a_tiny_request(
+        self, trace: Trace, fail: Failure, total: float | None
+    ) -> Finding | None:
+        """From a text with no device figures: a request of a few bytes or KiB failed, so
+        the device was full before it, and another process is one thing that fills it."""
+        oom = fail.oom
+        if not trace.is_text_only or total or not tiny_request(oom) or oom.device_type == "cpu":
+            return None
+        summary = (
+            f"Only {format_bytes(oom.requested_bytes or 0)} could not be had: the device was "
+            "already full, and another process holding it is one reason; the text gives no "
+            "figures for the device to tell."
+        )
+        return self._full_before_start(trace, oom, Signals(WEAK), summary)
 
     def _before_start(self, trace: Trace, fail: Failure) -> Finding | None:
         """Creating the CUDA context failed for lack of memory: it was gone before we began."""
