@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from memdoc.rules.host import job_limit
 from memdoc.trace import Metric, Series, Trace, framework_metric
 from memdoc.trace.model import FRAMEWORK_PREFIXES
 from memdoc.tui.timeline import EventIndex
@@ -74,10 +73,9 @@ def device_chart(trace: Trace, events: EventIndex, device: int, window: Window) 
     return _chart(events, window, level, band, float(total) if total else None)
 
 
-def host_chart(trace: Trace, events: EventIndex, window: Window) -> ChartData:
-    """The chart when there is no GPU: the run's RSS, else the system's used memory."""
-    binding = job_limit(trace)  # the tightest: an address-space cap, a cgroup, or RAM
-    limit = binding.limit_bytes if binding is not None else None
+def host_chart(trace: Trace, events: EventIndex, window: Window, limit: float | None) -> ChartData:
+    """The chart when there is no GPU: the run's RSS, else the system's used memory, under
+    `limit`, the job's tightest limit (an address-space cap, a cgroup, or RAM)."""
     rss = trace.series(Metric.HOST_RSS)
     if rss is not None:
         level = _Layer("host RSS", [rss])

@@ -133,7 +133,7 @@ def build_view(
     host = host_at(trace, now)
     ledger: DeviceBar | HostLedger
     if device is None:
-        chart = host_chart(trace, events, window)
+        chart = host_chart(trace, events, window, host.limit_bytes)
         ledger = HostLedger(
             host.total_bytes,
             host.available_bytes,

@@ -31,7 +31,7 @@ from memdoc.tui.history import TICK_MARK, TICK_OOM, TICK_STEP, Window, device_ch
 from memdoc.tui.ledger import DeviceBar, Segment
 from memdoc.tui.sources import KIND_FOLLOW, SourceState
 from memdoc.tui.timeline import EventIndex
-from memdoc.tui.view import StatusView, ViewRequest, build_view, process_rows
+from memdoc.tui.view import StatusView, ViewRequest, build_view, host_at, process_rows
 from memdoc.tui.widgets.chart import chart_text, render_chart
 from memdoc.tui.widgets.header import header_lines
 from memdoc.tui.widgets.ledger import bar_cells
@@ -173,7 +173,7 @@ def test_without_a_gpu_the_chart_shows_host_memory() -> None:
     for t in range(10):
         trace.add_values(float(t), [(SeriesKey(Metric.HOST_RSS), (t + 1) * GiB)])
     trace.add_values(0.0, [(SeriesKey(Metric.HOST_TOTAL), 64 * GiB)])
-    chart = host_chart(trace, EventIndex(), Window(0.0, 10.0, 10))
+    chart = host_chart(trace, EventIndex(), Window(0.0, 10.0, 10), host_at(trace, 9.0).limit_bytes)
     assert chart.level_label == "host RSS"
     assert chart.level[-1] == 10 * GiB
     assert chart.limit_bytes == 64 * GiB
