@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.causes.xla_temp_buffers import made_inside_the_program
-from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals
+from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals, capped
 from memdoc.rules.facts import (
     Failure,
     device_name,
@@ -136,8 +138,9 @@ volume processed at once, or a convolution asking for a huge workspace.
             found.summary + " It is the compiled program's working memory, which a smaller "
             "batch or rematerialisation shrinks: see xla-temp-buffers first."
         )
-        involved = frameworks(trace, fail.oom)
-        return self.finding(trace, Signals(POSSIBLE), summary, found.evidence, frameworks=involved)
+        return dataclasses.replace(
+            found, confidence=capped(found.confidence, POSSIBLE), summary=summary
+        )
 
     def _check(self, trace: Trace) -> Finding | None:
         fail = failure(trace)
