@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from memdoc.oom.names import has_words
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals
 from memdoc.rules.facts import Failure, failure, frameworks, innermost_frames, step_curve
@@ -26,9 +27,8 @@ _OPTIMIZER_FILES = r"torch[/\\]optim[/\\]|optax|keras[/\\].*optimizers|bitsandby
 _STATE_INIT = r"_init_group|_init_state|init_state|_lazy_init|_create_slots|add_slot|build"
 # A closure the optimizer's step calls back into: the training step's forward and backward
 # (Lightning runs `training_step` this way, and so does `optimizer.step(closure)`).
-_CLOSURE_FUNCTIONS = re.compile(
-    r".*closure.*|.*training_step|forward|backward|_call_impl|_wrapped_call_impl", re.IGNORECASE
-)
+_CLOSURE_WORDS = ("closure", "training step")
+_PASS_FUNCTIONS = frozenset({"forward", "backward", "_call_impl", "_wrapped_call_impl"})
 _OPTIMIZER_TEXT = (
     r"/(?:Adam|AdamW|Adagrad|RMSProp|Momentum)(?:_\d+)?/|Adam/Initializer|optimizer\.step\("
     r"|_init_group|_multi_tensor_adam"
@@ -205,7 +205,10 @@ def _in_closure(fail: Failure) -> bool:
     if not inner:
         return False
     called = fail.functions[inner[-1] + 1 :]
-    return any(_CLOSURE_FUNCTIONS.fullmatch(function) for function in called)
+    return any(
+        function.lower() in _PASS_FUNCTIONS or has_words(function, _CLOSURE_WORDS)
+        for function in called
+    )
 
 
 def _model_state(trace: Trace) -> tuple[float, float, int | None]:
