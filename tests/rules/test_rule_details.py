@@ -564,3 +564,35 @@ def test_a_tiny_request_that_failed_points_at_what_filled_the_device_first(
     else:
         assert activations == "likely"
         assert "other-process" not in findings
+
+
+@pytest.mark.parametrize(
+    ("inner", "fires"),
+    [
+        pytest.param(
+            '  File "torch/optim/adam.py", line 157, in step\n'
+            '  File "torch/optim/adam.py", line 99, in _init_group\n',
+            True,
+            id="adam-creating-its-state",
+        ),
+        pytest.param(
+            '  File "torch/optim/adam.py", line 146, in step\n'
+            '  File "lightning/pytorch/core/optimizer.py", line 152, in _closure\n'
+            '  File "train.py", line 40, in training_step\n'
+            '  File "torch/nn/modules/module.py", line 1501, in _call_impl\n',
+            False,
+            id="the-step-calling-back-into-the-training-step",
+        ),
+    ],
+)
+def test_an_oom_inside_the_optimizers_step_is_its_state_unless_a_closure_ran(
+    inner: str, fires: bool
+) -> None:
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 90, in <module>\n'
+        f"{inner}"
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    )
+
+    assert (_finding(text, "optimizer-state") is not None) is fires
