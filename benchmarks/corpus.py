@@ -149,8 +149,9 @@ class HalfScore:
     negatives: int = 0
     false_positives: int = 0
     calibration: list[Calibration] = field(default_factory=list)
-    misses: list[str] = field(default_factory=list)
-    false_positive_ids: list[str] = field(default_factory=list)
+    # Not in the repr: a failing test must not show which held items were missed.
+    misses: list[str] = field(default_factory=list, repr=False)
+    false_positive_ids: list[str] = field(default_factory=list, repr=False)
 
     @property
     def top1_rate(self) -> float:

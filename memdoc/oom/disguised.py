@@ -20,6 +20,8 @@ class _Form:
     framework: str | None = None
 
 
+# XLA's `RET_CHECK ... dnn != nullptr` is not among them: in real threads a jaxlib built for
+# another CUDA or cuDNN gives it, not memory.
 # Some of these also have other causes (CUBLAS_STATUS_ALLOC_FAILED after bad embedding
 # indices; CUDNN_STATUS_NOT_INITIALIZED and "DNN library is not found" after a bad install;
 # NCCL's "unhandled system error" when /dev/shm is small). Public threads settle them as
@@ -40,7 +42,6 @@ _FORMS = (
     _Form("failed to determine best cudnn convolution algorithm", "cudnn", "jax"),
     _Form("dnn library is not found", "cudnn", "jax"),
     _Form("dnn library initialization failed", "cudnn", "jax"),
-    _Form("dnn != nullptr", "cudnn", "jax"),
     _Form("exceeds the memory limit of", "cudnn", "tensorflow"),
     _Form("cuda failure 'out of memory'", "nccl"),
     _Form("failed to cuda calloc", "nccl"),
@@ -50,6 +51,8 @@ _FORMS = (
     _Form("cudaerrormemoryallocation", "cuda"),
     _Form("nvml_success ==", "nvml", "pytorch"),
     _Form("dst tensor is not initialized", None, "tensorflow"),
+    _Form("error code 2: outofmemory", "trt"),  # TensorRT's builder and runtime
+    _Form("exceeded max size of memory object allocation", "opencl"),  # OpenVINO's GPU plugin
 )
 # A cuDNN library that does not match the build fails at start-up with the same words as one
 # that found no memory; TensorFlow says so a few lines above.
@@ -68,7 +71,10 @@ _REQUESTS = (
     loose(rf"Allocating ({INT}) bytes exceeds the memory limit"),
     loose(rf"requested ({INT}) bytes"),
 )
-_LIMIT = loose(rf"exceeds the memory limit of ({INT}) bytes")
+_LIMITS = (
+    loose(rf"exceeds the memory limit of ({INT}) bytes"),
+    loose(rf"max alloc size supported by device is ({INT}) bytes"),
+)
 _TOTAL = loose(rf"total memory reported: ({INT})")
 _DEVICE = (
     loose(r"(?:CUDA|ROCM|GPU):(\d{1,4})\b"),
@@ -181,7 +187,9 @@ def _hit(
         requested_bytes=requested,
         requested_unknown_huge=is_huge(requested),
         total_bytes=to_int(first_group(_TOTAL.search(text))),
-        limit_bytes=to_int(first_group(_LIMIT.search(text))),
+        limit_bytes=next(
+            (v for p in _LIMITS if (v := to_int(first_group(p.search(text)))) is not None), None
+        ),
         library=library,
         rank=rank_of(log.lines[line][:200]),
     )

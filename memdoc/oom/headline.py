@@ -20,7 +20,8 @@ MAX_LINES = 3
 MAX_CHARS = 240
 
 _DEVICE_MEMORY = re.compile(
-    r"\bout[ -]of[ -]memory\b|\bOOM(?:s|ed)?\b|\bmemory error\b|\bran out of (?:gpu |vram )?memory",
+    r"\bout[ -]?of[ -]memory\b|\bOOM(?:s|ed)?\b|\bmemory error\b"
+    r"|\bran out of (?:gpu |vram )?memory",
     re.I,
 )
 # The shell's own word, quoted by whoever wrote the line ('"Killed" without any error'), or

@@ -38,7 +38,9 @@ _KILLED_LINE = (
     re.compile(r"^zsh: killed\s"),
     re.compile(r"\]\s?Killed\s*$"),  # after a progress bar that did not end its line
 )
-_EXIT_STATUS = r"\bexit(?:ed)?(?: with)?(?: code| status|code)\s{0,3}[:=]?\s{0,3}(?:137|-9)\b"
+_EXIT_STATUS = (
+    r"\bexit(?:ed)?(?: with)?(?: code| status(?: code)?|code)\s{0,3}[:=]?\s{0,3}(?:137|-9)\b"
+)
 _EXIT_KILL = (
     re.compile(_EXIT_STATUS, re.I),
     re.compile(r"non-zero exit status (?:137|-9)\b"),
@@ -49,6 +51,7 @@ _EXIT_KILL = (
 )
 _EXIT_NEEDLES = (
     "exit code",
+    "status code",
     "exit status",
     "exitcode",
     "exited with code",

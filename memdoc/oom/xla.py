@@ -54,6 +54,8 @@ _GPU_CUES = ("gpu", "cuda", "rocm", "device ordinal", "_bfc")
 # Wordings only XLA's GPU/CPU clients use; with no other cue they point to JAX.
 _JAX_WORDINGS = ("out of memory while trying", "out of memory allocating", "allocate request for")
 MAX_BUFFERS = 20
+# How far below a buffer's `Size:` line its `XLA Label:` line may come.
+BUFFER_LINES = 4
 
 
 @dataclass
@@ -78,6 +80,8 @@ def find(log: LogText) -> list[Hit]:
     for line, column in log.anchors(_SPLIT_HEAD):
         if log.lower_head(line + 1).lstrip().startswith(_SPLIT_TAIL):
             anchors.setdefault(line, column)
+    if not anchors:
+        anchors.update(_peak_buffer_listing(log))
     hits = []
     for line in sorted(anchors):
         window = log.window(
@@ -85,6 +89,17 @@ def find(log: LogText) -> list[Hit]:
         )
         hits.append(_hit(log, line, window))
     return hits
+
+
+def _peak_buffer_listing(log: LogText) -> dict[int, int]:
+    """XLA's list of peak buffers, which it prints only when an allocation fails, pasted
+    without the error line above it: anchored at its first `Size:` line that an `XLA Label:`
+    line follows."""
+    for line, _ in log.anchors("xla label:"):
+        for back in range(1, BUFFER_LINES + 1):
+            if _SIZE_LINE.match(log.head(line - back, 200).strip()):
+                return {line - back: 0}
+    return {}
 
 
 def _hit(log: LogText, line: int, window: Window) -> Hit:

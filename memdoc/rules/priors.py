@@ -8,22 +8,22 @@ from memdoc.trace.model import OomInfo
 # (tests/fixtures/corpus/incidents.jsonl, `"split": "dev"`) whose thread settled on each
 # cause. tests/rules/test_priors.py recounts them, so the table follows the corpus.
 INCIDENTS_BY_CAUSE: dict[str, int] = {
-    "activations-too-large": 51,
-    "host-oom": 37,
-    "model-too-large": 18,
+    "activations-too-large": 69,
+    "host-oom": 42,
+    "model-too-large": 20,
     "framework-preallocation": 15,
-    "other-process": 12,
+    "other-process": 13,
+    "leak-across-steps": 10,
     "eval-without-no-grad": 8,
-    "leak-across-steps": 8,
-    "single-allocation-too-large": 6,
-    "wrong-device": 5,
+    "single-allocation-too-large": 8,
+    "wrong-device": 6,
     "fragmentation": 4,
+    "memory-fraction-cap": 3,
     "no-mixed-precision": 3,
     "xla-temp-buffers": 3,
     "checkpoint-load-spike": 2,
     "cuda-context-overhead": 2,
     "cuda-graph-pools": 2,
-    "memory-fraction-cap": 2,
     "multi-framework": 2,
     "cudnn-workspace": 1,
     "nccl-buffers": 1,
@@ -65,13 +65,18 @@ def prior_rank(slug: str) -> int:
     return ranked.index(slug) if slug in ranked else len(ranked)
 
 
+# Libraries whose out-of-memory says nothing of its own cause (the CUDA or HIP runtime,
+# TensorRT, OpenCL): read like the framework's own OOM. cuDNN, cuBLAS and NCCL have rules.
+GENERIC_LIBRARIES = frozenset({None, "cuda", "hip", "trt", "opencl"})
+
+
 def is_bare(oom: OomInfo) -> bool:
     """A device memory error that says nothing of the device: no total, free or held memory,
     no shape, no library and no phase (the size of the failed request alone tells nothing)."""
     return (
         oom.kind in ("allocator", "disguised")
         and oom.framework != "host"
-        and oom.library in (None, "cuda")
+        and oom.library in GENERIC_LIBRARIES
         and not oom.requested_unknown_huge
         and oom.total_bytes is None
         and oom.free_bytes is None
@@ -92,5 +97,5 @@ def on_gpu(oom: OomInfo) -> bool:
         oom.kind in ("allocator", "disguised", "compile")
         and oom.framework != "host"
         and oom.device_type not in ("cpu",)
-        and oom.library in (None, "cuda")
+        and oom.library in GENERIC_LIBRARIES
     )

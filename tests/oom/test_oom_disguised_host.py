@@ -149,9 +149,6 @@ DISGUISED = [
         disguised("cublas", "unknown"),
         id="cublas-not-initialized-bare",
     ),
-    pytest.param(
-        quoted(CATALOGUE, "dnn != nullptr"), disguised("cudnn", "jax"), id="jax-dnn-ret-check"
-    ),
     pytest.param(fenced(CATALOGUE, "## 7.", 0), disguised("nccl", "unknown"), id="nccl-warn"),
     pytest.param(
         fenced(CATALOGUE, "## 7.", 1),
@@ -364,6 +361,9 @@ def test_dataloader_worker_killed_twice_in_a_traceback_chain_is_one_error() -> N
             "    except torch.cuda.OutOfMemoryError:\nKeyError: 'labels'",
             id="source-line-that-catches-the-oom-class",
         ),
+        # Catalogued as a possible disguise ("format only"), but in the labelled corpus's real
+        # threads a jaxlib built for another CUDA or cuDNN gave it every time.
+        pytest.param(quoted(CATALOGUE, "dnn != nullptr"), id="jax-dnn-ret-check"),
     ],
 )
 def test_near_misses_are_not_memory_errors(text: str) -> None:
