@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.conftest import REPO
 from tests.tui.conftest import Terminal, needs_tmux
@@ -124,23 +125,34 @@ def _memdoc_in(folder: Path) -> psutil.Process:
     raise AssertionError(f"no memdoc run --live in {folder}")
 
 
-@needs_tmux
-def test_sigterm_to_memdoc_ends_the_program_and_memdoc_prints_its_summary(
+def _ticking(
     tmp_path: Path, terminal: type[Terminal]
-) -> None:
-    # A scheduler cancelling the job signals memdoc, the process it started.
+) -> tuple[Terminal, psutil.Process, psutil.Process]:
+    """`memdoc run --live` on a program that ticks until stopped: the terminal, memdoc and
+    the program, once the program's output shows."""
     (tmp_path / "ticker.py").write_text(TICKER)
     term = terminal(_run_live(tmp_path, "-o", "run.memdoc", "ticker.py", "never"))
     term.wait_for("tick 3")
     memdoc = _memdoc_in(tmp_path)
     (program,) = memdoc.children()
+    return term, memdoc, program
 
-    memdoc.send_signal(signal.SIGTERM)
 
-    screen = term.wait_for("memdoc: Ended by SIGTERM")
+@needs_tmux
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGQUIT], ids=["term", "quit"])
+def test_a_signal_sent_to_memdoc_ends_the_program_and_memdoc_prints_its_summary(
+    tmp_path: Path, terminal: type[Terminal], signum: signal.Signals
+) -> None:
+    # A scheduler cancelling the job signals memdoc, the process it started.
+    term, memdoc, program = _ticking(tmp_path, terminal)
+
+    memdoc.send_signal(signum)
+
+    screen = term.wait_for(f"memdoc: Ended by {signum.name}")
     assert "trace:  run.memdoc" in screen
-    assert term.exit_status() == 128 + signal.SIGTERM
+    assert term.exit_status() == 128 + signum
     assert not program.is_running()
+    assert psutil.wait_procs([memdoc], timeout=10)[1] == []
 
 
 @needs_tmux
@@ -150,11 +162,7 @@ def test_a_terminal_that_hangs_up_leaves_a_closed_trace_of_the_program(
     # An ssh session that drops: the terminal sends SIGHUP to memdoc and the program alike.
     from memdoc.trace import load_trace
 
-    (tmp_path / "ticker.py").write_text(TICKER)
-    term = terminal(_run_live(tmp_path, "-o", "run.memdoc", "ticker.py", "never"))
-    term.wait_for("tick 3")
-    memdoc = _memdoc_in(tmp_path)
-    (program,) = memdoc.children()
+    term, memdoc, program = _ticking(tmp_path, terminal)
 
     term.close()
 
@@ -163,22 +171,3 @@ def test_a_terminal_that_hangs_up_leaves_a_closed_trace_of_the_program(
     trace = load_trace(tmp_path / "run.memdoc")
     assert trace.complete
     assert trace.exit is not None and trace.exit.signal == signal.SIGHUP
-
-
-@needs_tmux
-def test_sigquit_sent_to_memdoc_reaches_the_program_and_the_trace_is_closed(
-    tmp_path: Path, terminal: type[Terminal]
-) -> None:
-    (tmp_path / "ticker.py").write_text(TICKER)
-    term = terminal(_run_live(tmp_path, "-o", "run.memdoc", "ticker.py", "never"))
-    term.wait_for("tick 3")
-    memdoc = _memdoc_in(tmp_path)
-    (program,) = memdoc.children()
-
-    memdoc.send_signal(signal.SIGQUIT)
-
-    screen = term.wait_for("memdoc: Ended by SIGQUIT")
-    assert "trace:  run.memdoc" in screen
-    assert not program.is_running()
-    assert psutil.wait_procs([memdoc], timeout=10)[1] == []
-    assert term.exit_status() == 128 + signal.SIGQUIT
