@@ -63,6 +63,8 @@ _CUDNN_MISMATCH = (
     "could not load library libcudnn",
 )
 MISMATCH_LOOKBACK_LINES = 40
+_MEMORY_USAGE = re.compile(r"Memory usage: (\d{1,20}) bytes free, (\d{1,20}) bytes total")
+MOSTLY_FREE = 0.5
 _FALLBACK_NEEDLE = "out of memory"
 _REQUESTS = (
     loose(rf"failed to CUDA calloc ({INT}) bytes"),
@@ -117,8 +119,22 @@ def find(log: LogText) -> list[Hit]:
                 continue
             if form.library == "cudnn" and _version_mismatch_before(log, line):
                 continue
+            if _mostly_free(log, line):
+                continue
             hits.append(_hit(log, line, window, form.library, form.framework))
     return hits
+
+
+def _mostly_free(log: LogText, line: int) -> bool:
+    """The log says, right after the failure, that most of the device was free (TensorFlow and
+    XLA print "Memory usage: N bytes free, M bytes total" when a cuDNN handle fails): the
+    failure was not for lack of memory."""
+    for index in range(line, min(len(log.lines), line + 3)):
+        usage = _MEMORY_USAGE.search(log.head(index, 400))
+        if usage is not None:
+            free, total = int(usage.group(1)), int(usage.group(2))
+            return total > 0 and free >= MOSTLY_FREE * total
+    return False
 
 
 def _version_mismatch_before(log: LogText, line: int) -> bool:

@@ -21,7 +21,7 @@ MAX_CHARS = 240
 
 _DEVICE_MEMORY = re.compile(
     r"\bout[ -]?of[ -]memory\b|\bOOM(?:s|ed)?\b|\bmemory error\b"
-    r"|\bran out of (?:gpu |vram )?memory",
+    r"|\bran out of (?:gpu |vram )?memory|\b(?:device|gpu|cuda) allocation (?:error|failed)\b",
     re.I,
 )
 # The shell's own word, quoted by whoever wrote the line ('"Killed" without any error'), or

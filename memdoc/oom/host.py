@@ -18,6 +18,8 @@ _DATALOADER = loose(
     r"DataLoader worker \(pid(?:\(s\))? ([^)]{0,200})\)"
     r" (?:is killed by signal: ([A-Za-z][\w ]{0,40})|exited unexpectedly)"
 )
+# Signals a worker dies of by its own fault (a bug, a bad library), never for lack of memory.
+_NOT_MEMORY_SIGNALS = ("segmentation fault", "aborted", "floating point", "illegal instruction")
 _WORKER_BUS_ERROR = loose(r"Unexpected bus error encountered in worker")
 _DMESG_NEEDLES = ("kill process", "killed process", "oom-kill:", "oom_reaper", "invoked oom-killer")
 _DMESG_KILL = re.compile(
@@ -103,6 +105,8 @@ def _dataloader(log: LogText) -> list[Hit]:
             continue
         pids = tuple(int(p) for p in re.findall(r"\d{1,10}", match.group(1)))
         signal = (match.group(2) or "").strip()
+        if signal.lower().startswith(_NOT_MEMORY_SIGNALS):
+            continue  # a crash in the worker's own code, not a kill for memory
         kind = "shm" if signal.lower().startswith("bus error") else "dataloader-killed"
         processes = tuple(ProcessUsage(pid=pid, used_bytes=None) for pid in pids)
         info = _info(log, line, kind, framework="pytorch", processes=processes)

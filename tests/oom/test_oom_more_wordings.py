@@ -40,6 +40,9 @@ _LISTING = (
             "[model:train] Training task exit with status code 137", "host-kill", None, id="137"
         ),
         pytest.param("CUDA outof memory on validation loop.", "disguised", "cuda", id="outof"),
+        pytest.param(
+            "ManagedCuda.NPP.NPPException: Device allocation error", "disguised", "cuda", id="npp"
+        ),
     ],
 )
 def test_a_memory_error_in_another_wording_is_recognised(
@@ -82,6 +85,15 @@ def test_xlas_peak_buffer_listing_alone_is_read_as_its_oom() -> None:
     [
         pytest.param("XLA Label: fusion\nShape: f32[8,128]\n", id="a-label-without-a-size"),
         pytest.param("process finished with exit status code 0", id="status-code-0"),
+        pytest.param(
+            "RuntimeError: DataLoader worker (pid 237557) is killed by signal: Segmentation fault.",
+            id="a-worker-that-crashed",
+        ),
+        pytest.param(
+            "E cuda_dnn.cc:534] Could not create cudnn handle: CUDNN_STATUS_INTERNAL_ERROR\n"
+            "E cuda_dnn.cc:538] Memory usage: 7973961728 bytes free, 8198619136 bytes total.",
+            id="cudnn-handle-with-the-device-mostly-free",
+        ),
     ],
 )
 def test_near_misses_of_those_wordings_are_not_memory_errors(text: str) -> None:
