@@ -10,6 +10,7 @@ from typing import Any
 from memdoc.oom import parse_text
 from memdoc.rules.base import Finding, Rule, RunRule
 from memdoc.rules.confidence import LIKELY, TEXT_ONLY_CAP, WEAK, Signals, capped
+from memdoc.rules.ledger import held_bytes
 from memdoc.rules.priors import (
     BARE_CAUSES,
     INCIDENTS,
@@ -24,7 +25,6 @@ from memdoc.rules.registry import RULES, all_rules, all_run_rules
 from memdoc.rules.spec import RuleSpec, count_evidence
 from memdoc.rules.text_trace import text_trace
 from memdoc.rules.words import explain_in_words
-from memdoc.trace.ledger import oom_reserved_bytes, oom_this_process_bytes
 from memdoc.trace.model import OomInfo
 from memdoc.trace.reader import Run, Trace
 
@@ -191,7 +191,7 @@ def _ruled_out(slug: str, oom: OomInfo) -> bool:
     device that this process held most of."""
     if slug != "other-process" or not oom.total_bytes:
         return False
-    ours = oom_this_process_bytes(oom) or oom_reserved_bytes(oom) or oom.bfc_in_use_bytes
+    ours = held_bytes(oom)
     return ours is not None and ours >= MOSTLY_OURS * oom.total_bytes
 
 
