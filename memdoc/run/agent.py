@@ -13,7 +13,7 @@ from typing import Any
 
 from memdoc.api import pop_session, push_session
 from memdoc.collectors.base import SessionHandle, Values
-from memdoc.collectors.launcher import launcher_ranks
+from memdoc.collectors.launcher import first_int, launcher_ranks
 from memdoc.collectors.registry import agent_collectors
 from memdoc.run.channel import ENV_INTERVAL, ENV_SOCKET, AgentChannel
 from memdoc.run.handled import exit_recording_error_in_hand, watch_caught_errors
@@ -74,7 +74,7 @@ def _start() -> None:
     session = StepLimitedSession(
         channel, [*agent_collectors(), LaunchRankWatcher()], interval_s=interval_s
     )
-    session.stop_after_steps = _env_int(ENV_STOP_AFTER_STEPS)
+    session.stop_after_steps = first_int(os.environ, (ENV_STOP_AFTER_STEPS,))
     channel.process(
         ProcessInfo(
             pid=os.getpid(),
@@ -137,14 +137,6 @@ def _process_group_rank() -> int | None:
             return int(dist.get_rank())
     except Exception:
         return None
-    return None
-
-
-def _env_int(*names: str) -> int | None:
-    for name in names:
-        value = os.environ.get(name, "")
-        if value.isdigit():
-            return int(value)
     return None
 
 
