@@ -20,7 +20,6 @@ _DATALOADER = loose(
 )
 # Signals a worker dies of by its own fault (a bug, a bad library), never for lack of memory.
 _NOT_MEMORY_SIGNALS = ("segmentation fault", "aborted", "floating point", "illegal instruction")
-_WORKER_BUS_ERROR = loose(r"Unexpected bus error encountered in worker")
 _DMESG_NEEDLES = ("kill process", "killed process", "oom-kill:", "oom_reaper", "invoked oom-killer")
 _DMESG_KILL = re.compile(
     r"(?:Out of memory|Memory cgroup out of memory|oom-kill)[^\n]{0,80}?:? Kill(?:ed)? process"
