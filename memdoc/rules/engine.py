@@ -10,6 +10,7 @@ from typing import Any
 from memdoc.oom import parse_text
 from memdoc.rules.base import Finding, Rule, RunRule
 from memdoc.rules.confidence import LIKELY, TEXT_ONLY_CAP, WEAK, Signals, capped
+from memdoc.rules.facts import one_reading
 from memdoc.rules.ledger import held_bytes
 from memdoc.rules.priors import (
     BARE_CAUSES,
@@ -47,17 +48,18 @@ def diagnose(trace: Trace, rules: Sequence[Rule] | None = None) -> list[Finding]
     hide what the others found.
     """
     findings: list[Finding] = []
-    for rule in all_rules() if rules is None else rules:
-        try:
-            finding = check_rule(rule, trace)
-        except Exception as exc:
-            trace.warnings.append(
-                f"rule {rule.slug} failed on this trace ({type(exc).__name__}: {exc}); "
-                "its finding is left out"
-            )
-            continue
-        if finding is not None:
-            findings.append(finding)
+    with one_reading():
+        for rule in all_rules() if rules is None else rules:
+            try:
+                finding = check_rule(rule, trace)
+            except Exception as exc:
+                trace.warnings.append(
+                    f"rule {rule.slug} failed on this trace ({type(exc).__name__}: {exc}); "
+                    "its finding is left out"
+                )
+                continue
+            if finding is not None:
+                findings.append(finding)
     return sort_findings(findings)
 
 

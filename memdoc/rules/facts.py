@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from memdoc.oom.names import has_words
 from memdoc.trace.model import (
@@ -21,6 +23,11 @@ from memdoc.trace.model import framework_metric as fw_metric
 from memdoc.trace.reader import Series, StepStat, Trace, oom_of
 
 GPU_FRAMEWORKS = tuple(FRAMEWORK_PREFIXES)
+_T = TypeVar("_T")
+# Facts read once per diagnosis: (name, ids of what they were read from) -> (those, fact).
+_READINGS: ContextVar[dict[tuple[Any, ...], tuple[tuple[object, ...], Any]] | None] = ContextVar(
+    "memdoc_fact_readings", default=None
+)
 _PATH_SEPARATORS = re.compile(r"[/\\]")
 _FRAME_RE = re.compile(r"^(?P<file>.*):(?P<line>\d+):(?P<function>[^:]*)$")
 
@@ -133,8 +140,35 @@ def frame_parts(frame: str) -> tuple[str, int | None, str]:
     return match["file"], int(match["line"]), match["function"]
 
 
+@contextmanager
+def one_reading() -> Iterator[None]:
+    """Within this block each fact of a trace is read once and shared by every rule that
+    asks for it (the engine opens one per diagnosis; the trace does not change inside it)."""
+    token = _READINGS.set({})
+    try:
+        yield
+    finally:
+        _READINGS.reset(token)
+
+
+def read_once(name: str, sources: tuple[object, ...], read: Callable[[], _T]) -> _T:
+    """`read()`, or what it gave for the same `sources` earlier in this `one_reading` block."""
+    readings = _READINGS.get()
+    if readings is None:
+        return read()
+    key = (name, *map(id, sources))
+    if key not in readings:
+        readings[key] = (sources, read())  # keeps the sources alive: their ids stay theirs
+    value: _T = readings[key][1]
+    return value
+
+
 def failure(trace: Trace) -> Failure | None:
     """The OOM that ended the run (else the first recorded), with its stack and context."""
+    return read_once("failure", (trace,), lambda: _failure(trace))
+
+
+def _failure(trace: Trace) -> Failure | None:
     event = trace.ending_oom_event()
     if event is None:
         return None

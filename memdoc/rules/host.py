@@ -12,6 +12,7 @@ from memdoc.rules.facts import (
     device_total,
     framework_at,
     framework_name,
+    read_once,
     root_pid,
 )
 from memdoc.trace.model import EventKind, Metric, OomInfo
@@ -173,6 +174,10 @@ def data_held(trace: Trace, fail: Failure) -> Held | None:
     bytes on the failing device; on the host, the resident memory the process gained since
     its framework started (which also counts the framework's own caches).
     """
+    return read_once("data_held", (trace, fail), lambda: _data_held(trace, fail))
+
+
+def _data_held(trace: Trace, fail: Failure) -> Held | None:
     if fail.live_array_bytes is not None:
         return Held("live arrays at the error", fail.live_array_bytes)
     device = fail.oom.device if fail.oom.device is not None else _only_framework_device(trace)

@@ -6,10 +6,19 @@ from pathlib import Path
 
 import pytest
 
+from memdoc.rules import facts, host
+from memdoc.rules.engine import diagnose
 from memdoc.rules.facts import Failure, failure, measured_baselines, step_curve
-from memdoc.rules.host import curve_capacity, host_limits, job_limit, job_peak_resident, on_host
+from memdoc.rules.host import (
+    Held,
+    curve_capacity,
+    host_limits,
+    job_limit,
+    job_peak_resident,
+    on_host,
+)
 from memdoc.rules.text_trace import text_trace
-from memdoc.trace import Metric, OomInfo, SeriesKey, load_trace
+from memdoc.trace import Metric, OomInfo, SeriesKey, Trace, load_trace
 from tests.rules.fixture_cases import RULE_FIXTURES
 from tests.rules.host_scenarios import ADAM_STATE
 from tests.rules.recorder import PID, GiB, MiB, Recorder
@@ -183,3 +192,35 @@ def test_the_failure_carries_the_live_arrays_a_collector_listed() -> None:
     found = failure(trace)
 
     assert found is not None and found.live_array_bytes == 186_516
+
+
+def test_a_diagnosis_reads_the_failure_and_the_data_held_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    trace = load_trace(
+        RULE_FIXTURES / "xla-temp-buffers" / "hit-request-far-above-live-arrays.memdoc"
+    )
+    reads: list[str] = []
+    failure_of, data_held_of = facts._failure, host._data_held
+
+    def counted_failure(t: Trace) -> Failure | None:
+        reads.append("failure")
+        return failure_of(t)
+
+    def counted_data_held(t: Trace, fail: Failure) -> Held | None:
+        reads.append("data held")
+        return data_held_of(t, fail)
+
+    monkeypatch.setattr(facts, "_failure", counted_failure)
+    monkeypatch.setattr(host, "_data_held", counted_data_held)
+
+    findings = diagnose(trace)
+
+    # Both rules that weigh the request against the data held (xla-temp-buffers, and
+    # single-allocation-too-large twice) found what they look for, from one reading.
+    assert [f.rule for f in findings][:1] == ["xla-temp-buffers"]
+    assert reads.count("failure") == 1
+    assert reads.count("data held") == 1
+    # Outside a diagnosis nothing is kept: a second diagnosis reads afresh.
+    diagnose(trace)
+    assert reads.count("failure") == 2
