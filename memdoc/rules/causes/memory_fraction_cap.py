@@ -105,9 +105,9 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
         oom = fail.oom
         device = failed_device(trace, oom)
         total = device_total(trace, device, oom)
-        limit = _limit(trace, fail, device)
         if oom.allocator == "mps" and oom.limit_bytes is not None and not total:
             return self._mps_watermark(trace, fail)
+        limit = _limit(trace, fail, device)
         if limit is None or not total or limit >= CAP_SHARE * total:
             return None
         held = _held(trace, fail, device)
