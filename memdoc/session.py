@@ -250,7 +250,7 @@ def relayed_from(exc: BaseException) -> int | None:
 
 def header_for_this_process(command: Sequence[str], *, interval_s: float, mode: str) -> Header:
     """The trace header for a recording made from this process (`run` or `watch`)."""
-    from memdoc.collectors.launcher import launcher_ranks
+    from memdoc.collectors.launcher import launcher_ranks, launcher_world_size
     from memdoc.version import __version__
 
     return Header(
@@ -265,7 +265,7 @@ def header_for_this_process(command: Sequence[str], *, interval_s: float, mode: 
         interval_s=interval_s,
         env=allowlisted_env(os.environ),
         rank=launcher_ranks(os.environ)[0],
-        world_size=_int_env("WORLD_SIZE"),
+        world_size=launcher_world_size(os.environ),
         mode=mode,
         cgroup_version=_cgroup_version(),
     )
@@ -276,14 +276,6 @@ def _cgroup_version() -> int | None:
 
     cgroup = find_cgroup(os.getpid())
     return cgroup.version if cgroup is not None else None
-
-
-def _int_env(name: str) -> int | None:
-    value = os.environ.get(name)
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
 
 
 def exception_event(exc: BaseException, tb: TracebackType | None, *, pid: int, where: str) -> Event:

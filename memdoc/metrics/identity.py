@@ -7,7 +7,7 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from memdoc.collectors.launcher import first_int, launcher_ranks
+from memdoc.collectors.launcher import first_int, launcher_ranks, whole_number
 
 # The first variable that is set names the job: SLURM, then torchrun (elastic), then a
 # Kubernetes pod (whose HOSTNAME is the pod name).
@@ -51,7 +51,7 @@ def job_identity(
         job = environ.get("HOSTNAME") or None  # in a pod, HOSTNAME is the pod's name
     node = first_int(environ, _NODE_VARIABLES)
     if node is None:
-        node = _int(_option(command, _NODE_RANK_OPTION))
+        node = whole_number(_option(command, _NODE_RANK_OPTION))
     rank, local_rank = launcher_ranks(environ)
     return JobIdentity(
         host=host or socket.gethostname(),
@@ -75,10 +75,6 @@ def _option(command: Sequence[str], pattern: re.Pattern[str]) -> str | None:
 
 def _first_text(environ: Mapping[str, str], names: Sequence[str]) -> str | None:
     return next((environ[n] for n in names if environ.get(n)), None)
-
-
-def _int(text: str | None) -> int | None:
-    return int(text) if text is not None and text.isdigit() else None
 
 
 def _safe(name: str) -> str:

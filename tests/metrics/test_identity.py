@@ -86,20 +86,36 @@ def test_trace_names_are_unique_per_host_node_rank_and_pid(
 
 
 @pytest.mark.parametrize(
-    "environ",
+    ("environ", "world_size"),
     [
-        pytest.param({"SLURM_PROCID": "12", "SLURM_LOCALID": "0"}, id="slurm"),
-        pytest.param({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}, id="mpi"),
-        pytest.param({"RANK": "5", "LOCAL_RANK": "1"}, id="torchrun"),
+        pytest.param(
+            {"SLURM_PROCID": "12", "SLURM_LOCALID": "0", "SLURM_NTASKS": "16"}, 16, id="slurm"
+        ),
+        pytest.param(
+            {
+                "OMPI_COMM_WORLD_RANK": "3",
+                "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+                "OMPI_COMM_WORLD_SIZE": "4",
+            },
+            4,
+            id="mpi",
+        ),
+        pytest.param({"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8"}, 8, id="torchrun"),
+        pytest.param({"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "-8"}, None, id="not-a-size"),
     ],
 )
 def test_the_trace_header_and_the_rank_watcher_read_the_rank_the_exporter_reads(
-    monkeypatch: pytest.MonkeyPatch, environ: dict[str, str]
+    monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], world_size: int | None
 ) -> None:
+    from memdoc.collectors.launcher import (
+        LOCAL_RANK_VARIABLES,
+        RANK_VARIABLES,
+        WORLD_SIZE_VARIABLES,
+    )
     from memdoc.run.agent import LaunchRankWatcher
     from memdoc.session import header_for_this_process
 
-    for name in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "SLURM_LOCALID"):
+    for name in (*RANK_VARIABLES, *LOCAL_RANK_VARIABLES, *WORLD_SIZE_VARIABLES):
         monkeypatch.delenv(name, raising=False)
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
@@ -114,6 +130,7 @@ def test_the_trace_header_and_the_rank_watcher_read_the_rank_the_exporter_reads(
     watcher.sample(1.0)
 
     assert header.rank == identity.rank
+    assert header.world_size == world_size
     assert [(p.rank, p.local_rank) for p in seen] == [(99, identity.local_rank)]
 
 
