@@ -37,69 +37,82 @@ def run_live(options: RunOptions) -> RunResult:
     and from then on goes to stdout, until the program ends."""
     log_path = options.output_log
     assert log_path is not None, "a live run writes the program's output to a log"
-    pids: list[int] = []
-    options.started = pids.append
-    outcome: dict[str, RunResult | BaseException] = {}
-
-    def target() -> None:
-        try:
-            outcome["result"] = run_program(options)
-        except BaseException as exc:
-            outcome["error"] = exc
-
+    live = _LiveRun(options)
     # The terminal's Ctrl-C belongs to the program (in the same process group); memdoc
     # waits for the program to end, as a shell would.
     previous = {signal.SIGINT: signal.signal(signal.SIGINT, _ignore)}
-    terminated: list[int] = []
-
-    def forward(signum: int, frame: FrameType | None) -> None:
-        if pids and worker.is_alive():
-            _signal_child(pids[0], signum)
-        if signum == signal.SIGTERM:
-            terminated.append(signum)
-            _close_dashboard()  # the program is ending: its output and the summary follow
-
-    dashboard_up: list[bool] = []
-
-    def outlive(signum: int, frame: FrameType | None) -> None:
-        passed_on = _from_kill(signum, dashboard_up=bool(dashboard_up))
-        if pids and worker.is_alive() and passed_on:
-            _signal_child(pids[0], signum)
-        if signum == signal.SIGHUP and not passed_on:
-            hung_up.append(signum)
-        if passed_on or hung_up:
-            _close_dashboard()  # the program is ending, or no terminal is left to draw on
-
-    hung_up: list[int] = []
     for signum in _FORWARDED:
-        previous[signum] = signal.signal(signum, forward)
+        previous[signum] = signal.signal(signum, live.forward)
     for signum in _OUTLIVED:
-        previous[signum] = signal.signal(signum, outlive)
+        previous[signum] = signal.signal(signum, live.outlive)
     try:
-        worker = threading.Thread(target=target, name="memdoc-run", daemon=True)
-        worker.start()
+        live.worker.start()
         deadline = time.monotonic() + TRACE_WAIT_S
-        while not options.output.exists() and worker.is_alive() and time.monotonic() < deadline:
+        while (
+            not options.output.exists() and live.worker.is_alive() and time.monotonic() < deadline
+        ):
             time.sleep(POLL_S / 2)
-
-        def interrupt() -> None:
-            if pids and worker.is_alive():
-                interrupt_like_a_terminal(pids[0])
-
-        if not terminated and not hung_up:  # a SIGTERM before the dashboard: none at all
-            dashboard_up.append(True)
-            _show_dashboard(options.output, log_path, interrupt)
-            dashboard_up.clear()
-        _pass_output_through(log_path, worker, hung_up)
+        if not live.terminated and not live.hung_up:  # a SIGTERM before the dashboard: none
+            live.dashboard_up = True
+            _show_dashboard(options.output, log_path, live.interrupt)
+            live.dashboard_up = False
+        _pass_output_through(log_path, live)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    error = outcome.get("error")
-    if isinstance(error, BaseException):
-        raise error
-    result = outcome["result"]
-    assert isinstance(result, RunResult)
-    return result
+    if live.error is not None:
+        raise live.error
+    assert live.result is not None
+    return live.result
+
+
+class _LiveRun:
+    """The program running on its own thread, and what the signal handlers have seen of it.
+
+    The handlers run on the main thread (the dashboard's), between its steps; they only set
+    flags here, signal the program and schedule the dashboard's exit.
+    """
+
+    def __init__(self, options: RunOptions) -> None:
+        self.options = options
+        self.pids: list[int] = []
+        options.started = self.pids.append
+        self.worker = threading.Thread(target=self._run, name="memdoc-run", daemon=True)
+        self.result: RunResult | None = None
+        self.error: BaseException | None = None
+        self.terminated = False  # memdoc got SIGTERM: the program is ending
+        self.hung_up = False  # the terminal went away: nothing more to draw or print on
+        self.dashboard_up = False
+
+    def _run(self) -> None:
+        try:
+            self.result = run_program(self.options)
+        except BaseException as exc:
+            self.error = exc
+
+    def _program_running(self) -> bool:
+        return bool(self.pids) and self.worker.is_alive()
+
+    def interrupt(self) -> None:
+        """Ctrl-C on the dashboard: interrupt the program as a terminal would."""
+        if self._program_running():
+            interrupt_like_a_terminal(self.pids[0])
+
+    def forward(self, signum: int, frame: FrameType | None) -> None:
+        if self._program_running():
+            _signal_child(self.pids[0], signum)
+        if signum == signal.SIGTERM:
+            self.terminated = True
+            _close_dashboard()  # the program is ending: its output and the summary follow
+
+    def outlive(self, signum: int, frame: FrameType | None) -> None:
+        passed_on = _from_kill(signum, dashboard_up=self.dashboard_up)
+        if self._program_running() and passed_on:
+            _signal_child(self.pids[0], signum)
+        if signum == signal.SIGHUP and not passed_on:
+            self.hung_up = True
+        if passed_on or self.hung_up:
+            _close_dashboard()  # the program is ending, or no terminal is left to draw on
 
 
 def _ignore(signum: int, frame: FrameType | None) -> None:
@@ -150,9 +163,10 @@ def _show_dashboard(trace: Path, log_path: Path, interrupt: Callable[[], None]) 
     run_live_dashboard(trace, log_path=log_path, interrupt=interrupt)
 
 
-def _pass_output_through(log_path: Path, worker: threading.Thread, hung_up: list[int]) -> None:
+def _pass_output_through(log_path: Path, live: _LiveRun) -> None:
     """Copy the program's output, from its start, to stdout while the program runs on; once
     the terminal hangs up (or stdout fails), just wait: the output stays in the log."""
+    worker = live.worker
     out = sys.stdout.buffer
     try:
         log = open(log_path, "rb")  # noqa: SIM115 - read until the program ends
@@ -160,7 +174,7 @@ def _pass_output_through(log_path: Path, worker: threading.Thread, hung_up: list
         worker.join()
         return
     with log:
-        while not hung_up:
+        while not live.hung_up:
             running = worker.is_alive()
             try:
                 while chunk := log.read(CHUNK_BYTES):
