@@ -53,6 +53,11 @@ _FORMS = (
     _Form("dst tensor is not initialized", None, "tensorflow"),
     _Form("error code 2: outofmemory", "trt"),  # TensorRT's builder and runtime
     _Form("exceeded max size of memory object allocation", "opencl"),  # OpenVINO's GPU plugin
+    # vLLM at start-up: what gpu_memory_utilization leaves after the weights and the profiled
+    # activations does not hold the KV cache of one sequence of max_model_len tokens.
+    _Form("tokens that can be stored in kv cache", "vllm", "pytorch"),
+    _Form("no available memory for the cache blocks", "vllm", "pytorch"),
+    _Form("than the available kv cache memory", "vllm", "pytorch"),
 )
 # A cuDNN library that does not match the build fails at start-up with the same words as one
 # that found no memory; TensorFlow says so a few lines above.

@@ -70,6 +70,8 @@ _NUMPY = loose(
     r" and data type (\w+)"
 )
 _MEMORY_ERROR = re.compile(r"^(?:[\w.]{0,80}\.)?_?(?:Array)?MemoryError\b")
+# numpy's own class named in full as an error ("...: Unable to allocate"), anywhere on a line.
+_NUMPY_MEMORY_ERROR = re.compile(r"\bnumpy\.core\._exceptions\._ArrayMemoryError:")
 _REQUESTED = re.compile(r"(?:allocate|mmap) (\d{1,25}) bytes", re.I)
 
 
@@ -227,7 +229,7 @@ def _host_alloc(log: LogText) -> list[Hit]:
     hits = []
     for line, column in log.anchors("memoryerror"):
         text = strip_prefix(log.lines[line][max(0, column - 100) : column + 600])
-        if _MEMORY_ERROR.match(text) is None:
+        if _MEMORY_ERROR.match(text) is None and _NUMPY_MEMORY_ERROR.search(text) is None:
             continue
         numpy = _NUMPY.search(text)
         fields: dict[str, Any] = {"device_type": "cpu"}

@@ -48,7 +48,17 @@ _KIND_LINE = re.compile(r"^Allocation type: (.{1,60})$")
 _OP_NAME = re.compile(r'op_name="([^"]{1,400})"')
 _PROGRAM = re.compile(r"^((?:p?jit|pmap|xmap|shard_map)\([\w.<>-]{1,200}\))")
 _MODULE = re.compile(r"HloModule ([\w.-]{1,200})|module (jit_[\w.-]{1,200})")
-_COMPILE_CUES = ("bufferassignment", "program hbm requirement", "ran out of memory in memory space")
+_COMPILE_CUES = (
+    "bufferassignment",
+    "program hbm requirement",
+    "ran out of memory in memory space",
+    "by rematerialization",
+)
+_REMAT_NEEDLE = "can't reduce memory use below"
+_REMAT_WARNING = loose(
+    rf"Can't reduce memory use below (-?{SIZE})[^;]{{0,80}} by rematerialization; "
+    rf"only reduced to ({SIZE})(?: \((\d{{1,25}}) bytes\))?"
+)
 _TPU_CUES = ("hbm", "tpu", "bottom of memory")
 _GPU_CUES = ("gpu", "cuda", "rocm", "device ordinal", "_bfc")
 # Wordings only XLA's GPU/CPU clients use; with no other cue they point to JAX.
@@ -81,7 +91,7 @@ def find(log: LogText) -> list[Hit]:
         if log.lower_head(line + 1).lstrip().startswith(_SPLIT_TAIL):
             anchors.setdefault(line, column)
     if not anchors:
-        anchors.update(_peak_buffer_listing(log))
+        anchors.update(_peak_buffer_listing(log) or _remat_warning(log))
     hits = []
     for line in sorted(anchors):
         window = log.window(
@@ -100,6 +110,23 @@ def _peak_buffer_listing(log: LogText) -> dict[int, int]:
             if _SIZE_LINE.match(log.head(line - back, 200).strip()):
                 return {line - back: 0}
     return {}
+
+
+def _remat_warning(log: LogText) -> dict[int, int]:
+    """XLA's warning that the compiled program's plan stays above the memory it may use, even
+    after rematerialization (it prints it only then), pasted without the error that follows."""
+    for line, column in log.anchors(_REMAT_NEEDLE):
+        if _REMAT_WARNING.search(log.head(line, 2000)):
+            return {line: column}
+    return {}
+
+
+def _remat_peak(text: str) -> int | None:
+    """The program's planned peak after rematerialization, exact bytes where XLA gave them."""
+    found = _REMAT_WARNING.search(text)
+    if found is None:
+        return None
+    return first_known(to_int(found.group(3)), to_bytes(found.group(2)))
 
 
 def _hit(log: LogText, line: int, window: Window) -> Hit:
@@ -134,7 +161,10 @@ def _hit(log: LogText, line: int, window: Window) -> Hit:
         xla_program=_program(window, buffers),
         xla_buffers=tuple((b.describe(), b.size) for b in buffers),
         xla_temp_bytes=temp,
-        xla_total_bytes=to_bytes(first_group(_TOTAL_ALLOCATION.search(text))),
+        xla_total_bytes=first_known(
+            to_bytes(first_group(_TOTAL_ALLOCATION.search(text))),
+            _remat_peak(text),
+        ),
         xla_parameter_bytes=to_bytes(first_group(_PARAMETERS.search(text))),
         xla_output_bytes=to_bytes(first_group(_OUTPUTS.search(text))),
         rank=rank_of(log.lines[line][:200]),

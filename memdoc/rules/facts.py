@@ -226,7 +226,13 @@ def _strings(value: object) -> tuple[str, ...]:
 
 
 # Libraries an error can name, as people write them.
-LIBRARY_NAMES = {"cudnn": "cuDNN", "cublas": "cuBLAS", "nccl": "NCCL", "trt": "TensorRT"}
+LIBRARY_NAMES = {
+    "cudnn": "cuDNN",
+    "cublas": "cuBLAS",
+    "nccl": "NCCL",
+    "trt": "TensorRT",
+    "vllm": "vLLM's KV cache",
+}
 # Libraries whose handle or workspace lives outside the framework's pool.
 OUTSIDE_POOL_LIBRARIES = ("cudnn", "cublas", "nccl")
 # TensorFlow's cap on convolution autotuning scratch space: a limit, not a full device.

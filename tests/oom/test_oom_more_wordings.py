@@ -1,5 +1,6 @@
-"""Memory errors in wordings met in real threads: TensorRT, OpenVINO, a job runner's exit
-status, and XLA's peak-buffer listing pasted without its error line."""
+"""Memory errors in wordings met in real threads: TensorRT, OpenVINO, vLLM's KV cache, a job
+runner's exit status, numpy's error class named in a sentence, and XLA's peak-buffer listing or
+rematerialization warning pasted without its error line."""
 
 from __future__ import annotations
 
@@ -8,6 +9,20 @@ import pytest
 from memdoc.oom import parse_all, parse_text
 from memdoc.rules.engine import explain_text
 
+_KV_CACHE_SHORT = (
+    "ValueError: The model's max seq len (4096) is larger than the maximum number of tokens "
+    "that can be stored in KV cache (3664). Try increasing gpu_memory_utilization or "
+    "decreasing max_model_len when initializing the engine."
+)
+_KV_CACHE_EMPTY = (
+    "ValueError: No available memory for the cache blocks. Try increasing "
+    "`gpu_memory_utilization` when initializing the engine."
+)
+_REMAT = (
+    "2024-02-19 15:14:56.882326: W external/xla/xla/service/hlo_rematerialization.cc:2941] "
+    "Can't reduce memory use below -30.29GiB (-32529110990 bytes) by rematerialization; only "
+    "reduced to 49.62GiB (53280000080 bytes), down from 49.62GiB (53280000080 bytes) originally"
+)
 _LISTING = (
     "Buffer 2:\n"
     "\tSize: 34.57GiB\n"
@@ -43,6 +58,24 @@ _LISTING = (
         pytest.param(
             "ManagedCuda.NPP.NPPException: Device allocation error", "disguised", "cuda", id="npp"
         ),
+        pytest.param(_KV_CACHE_SHORT, "disguised", "vllm", id="vllm-kv-cache-short"),
+        pytest.param(_KV_CACHE_EMPTY, "disguised", "vllm", id="vllm-no-kv-cache"),
+        pytest.param(
+            "ValueError: To serve at least one request with the models's max seq len (32768), "
+            "(4.0 GiB KV cache is needed, which is larger than the available KV cache memory "
+            "(2.1 GiB). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` "
+            "when initializing the engine.",
+            "disguised",
+            "vllm",
+            id="vllm-v1-kv-cache",
+        ),
+        pytest.param(
+            "Qwen-7B-Instruct Model numpy.core._exceptions._ArrayMemoryError:",
+            "host-alloc",
+            None,
+            id="numpy-class-in-a-sentence",
+        ),
+        pytest.param(_REMAT, "compile", None, id="xla-remat-warning"),
     ],
 )
 def test_a_memory_error_in_another_wording_is_recognised(
@@ -58,6 +91,45 @@ def test_a_library_oom_without_its_own_rule_is_read_like_the_frameworks() -> Non
     text = "[TRT] [E] 2: [virtualMemoryBuffer.cpp] Error Code 2: OutOfMemory (no further info)"
 
     assert explain_text(text).findings  # the commonest causes, said to be a guess
+
+
+@pytest.mark.parametrize(
+    ("text", "ranked"),
+    [
+        pytest.param(
+            _KV_CACHE_SHORT,
+            ["activations-too-large", "memory-fraction-cap", "model-too-large"],
+            id="a-context-too-long-for-the-cache",
+        ),
+        pytest.param(
+            _KV_CACHE_EMPTY,
+            ["model-too-large", "memory-fraction-cap", "activations-too-large"],
+            id="no-cache-at-all",
+        ),
+    ],
+)
+def test_vllms_kv_cache_names_its_three_settings_most_likely_first(
+    text: str, ranked: list[str]
+) -> None:
+    findings = explain_text(text).findings
+
+    assert [f.rule for f in findings] == ranked
+    fixes = " ".join(fix.code for f in findings for fix in f.fixes)
+    assert "--max-model-len" in fixes and "--gpu-memory-utilization" in fixes
+    assert "--quantization" in fixes
+
+
+def test_vllm_reports_the_context_asked_for_and_what_the_cache_holds() -> None:
+    evidence = [e.text for e in explain_text(_KV_CACHE_SHORT).findings[0].evidence]
+
+    assert evidence == ["max_model_len asked for: 4096", "tokens the KV cache could hold: 3664"]
+
+
+def test_xlas_rematerialization_warning_alone_is_read_as_a_plan_that_does_not_fit() -> None:
+    result = explain_text(_REMAT)
+
+    assert result.oom is not None and result.oom.xla_total_bytes == 53280000080
+    assert result.findings[0].rule == "xla-temp-buffers"
 
 
 def test_openvino_reports_the_devices_largest_allocation_as_the_limit() -> None:
@@ -84,6 +156,20 @@ def test_xlas_peak_buffer_listing_alone_is_read_as_its_oom() -> None:
     "text",
     [
         pytest.param("XLA Label: fusion\nShape: f32[8,128]\n", id="a-label-without-a-size"),
+        pytest.param(
+            "INFO 05-01 10:00:00 gpu_executor.py:83] # GPU blocks: 2048, # CPU blocks: 512\n"
+            "INFO 05-01 10:00:01 kv_cache_utils.py:634] GPU KV cache size: 51,888 tokens",
+            id="vllm-sizing-its-cache",
+        ),
+        pytest.param(
+            "Why can't XLA reduce memory use below the limit by rematerialization here?",
+            id="remat-asked-about",
+        ),
+        pytest.param(
+            "np.empty raised numpy.core._exceptions._ArrayMemoryError in the old code path, "
+            "fixed in 1.2",
+            id="a-changelog-line",
+        ),
         pytest.param("process finished with exit status code 0", id="status-code-0"),
         pytest.param(
             "RuntimeError: DataLoader worker (pid 237557) is killed by signal: Segmentation fault.",

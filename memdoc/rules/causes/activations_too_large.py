@@ -21,6 +21,12 @@ from memdoc.rules.facts import (
 )
 from memdoc.rules.host import curve_capacity, host_limits, on_host, resident_at_failure
 from memdoc.rules.ledger import cached_unused_bytes, held_bytes, sizeable_cache
+from memdoc.rules.serving import (
+    SHORTER_CONTEXT_FIX,
+    kv_cache_empty,
+    kv_cache_evidence,
+    kv_cache_short,
+)
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
@@ -155,7 +161,27 @@ job fails in the first steps, or on the first unusually long or large input.
             found = self._inside_a_step(trace, fail)
             if found is not None:
                 return found
+        if kv_cache_short(fail):
+            return self._kv_cache(trace, fail)
         return self._from_text(trace, fail)
+
+    def _kv_cache(self, trace: Trace, fail: Failure) -> Finding:
+        """vLLM's cache for the context asked for is the serving engine's working set."""
+        summary = (
+            "vLLM could not fit the KV cache for the context length asked for in the memory "
+            "left after the weights: a shorter max_model_len (or fewer sequences at once) "
+            "needs less."
+        )
+        return self.finding(
+            trace,
+            Signals(WEAK if kv_cache_empty(fail) else POSSIBLE),
+            summary,
+            kv_cache_evidence(fail),
+            to_confirm="vLLM logs the KV cache it could allocate at start ('GPU KV cache size: "
+            "N tokens'): the context asked for must fit in it",
+            frameworks=["pytorch"],
+            fixes=(SHORTER_CONTEXT_FIX,),
+        )
 
     def _inside_a_step(self, trace: Trace, fail: Failure) -> Finding | None:
         """Failed in a forward or backward pass before steps could be compared: the step's

@@ -14,6 +14,7 @@ from memdoc.rules.facts import (
     sum_at,
 )
 from memdoc.rules.ledger import pool_bytes
+from memdoc.rules.serving import MORE_OF_THE_DEVICE_FIX, kv_cache_evidence, kv_cache_short
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
@@ -37,7 +38,9 @@ The allocator refused the request because of a limit set in configuration, while
 itself still had room: `torch.cuda.set_per_process_memory_fraction`, JAX's
 `XLA_PYTHON_CLIENT_MEM_FRACTION`, or a TensorFlow logical device with `memory_limit`. On
 Apple silicon, PyTorch's MPS backend stops at a high-watermark share of the Mac's memory
-("max allowed" in its message), set by `PYTORCH_MPS_HIGH_WATERMARK_RATIO`.
+("max allowed" in its message), set by `PYTORCH_MPS_HIGH_WATERMARK_RATIO`. vLLM uses only
+`gpu_memory_utilization` of the device (0.9 unless set) and refuses to start when what that
+share leaves after the weights cannot hold the KV cache of one full-length sequence.
 """
     why = """
 Caps are set to share a GPU between processes, or copied from an example, and then
@@ -107,6 +110,8 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
         total = device_total(trace, device, oom)
         if oom.allocator == "mps" and oom.limit_bytes is not None and not total:
             return self._mps_watermark(trace, fail)
+        if kv_cache_short(fail):
+            return self._vllm_share(trace, fail)
         limit = _limit(trace, fail, device)
         if limit is None or not total or limit >= CAP_SHARE * total:
             return None
@@ -159,6 +164,23 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
             "is what stops the run; with none, raising it only moves the failure into swap",
             frameworks=["pytorch"],
             fixes=(MPS_WATERMARK_FIX,),
+        )
+
+    def _vllm_share(self, trace: Trace, fail: Failure) -> Finding:
+        """vLLM takes only gpu_memory_utilization of the device: a setting, not the card."""
+        summary = (
+            "vLLM uses only the share of the device that gpu_memory_utilization gives it (0.9 "
+            "unless set); the KV cache gets what is left of that share after the weights."
+        )
+        return self.finding(
+            trace,
+            Signals(POSSIBLE),
+            summary,
+            kv_cache_evidence(fail),
+            to_confirm="run nvidia-smi before starting vLLM: what other processes hold is "
+            "not available to it, whatever the setting",
+            frameworks=["pytorch"],
+            fixes=(MORE_OF_THE_DEVICE_FIX,),
         )
 
 

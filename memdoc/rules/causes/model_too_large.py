@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from memdoc.rules.base import Evidence, Finding, Fix
-from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals
+from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
 from memdoc.rules.facts import (
     Failure,
     device_total,
@@ -14,6 +14,12 @@ from memdoc.rules.facts import (
     step_phase,
 )
 from memdoc.rules.host import host_limits, on_host, resident_at_failure
+from memdoc.rules.serving import (
+    SMALLER_WEIGHTS_FIX,
+    kv_cache_empty,
+    kv_cache_evidence,
+    kv_cache_short,
+)
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
@@ -138,7 +144,26 @@ it on one device.
             found = self._from_model_state(trace, fail)
             if found is not None:
                 return found
+        if fail is not None and kv_cache_short(fail):
+            return self._weights_leave_no_cache(trace, fail)
         return self._while_placing(trace, fail) if fail is not None else None
+
+    def _weights_leave_no_cache(self, trace: Trace, fail: Failure) -> Finding:
+        """The weights take most of what vLLM may use, leaving too little for its cache."""
+        summary = (
+            "The model's weights may take most of what vLLM may use, leaving too little for "
+            "its KV cache: a quantized model, or the model split over more GPUs, leaves more."
+        )
+        return self.finding(
+            trace,
+            Signals(POSSIBLE if kv_cache_empty(fail) else WEAK),
+            summary,
+            kv_cache_evidence(fail),
+            to_confirm="vLLM logs how much the weights took at start ('Loading model weights "
+            "took N GiB')",
+            frameworks=["pytorch"],
+            fixes=(SMALLER_WEIGHTS_FIX,),
+        )
 
     def _from_model_state(self, trace: Trace, fail: Failure | None) -> Finding | None:
         for event in trace.events(EventKind.MODEL_STATE):

@@ -1,0 +1,62 @@
+"""Inference servers' own memory errors: vLLM's KV cache that does not fit at start-up.
+
+vLLM sizes its KV cache once, at start: of the device it may use (`gpu_memory_utilization`,
+0.9 unless set), what the weights and a profiled forward pass leave goes to the cache. When
+that cache cannot hold one sequence of `max_model_len` tokens, the engine refuses to start.
+Three settings move it: a shorter `max_model_len` (or fewer `max_num_seqs`), a larger
+`gpu_memory_utilization`, or smaller weights (a quantized model, more GPUs).
+"""
+
+from __future__ import annotations
+
+import re
+
+from memdoc.rules.base import Evidence, Fix
+from memdoc.rules.facts import Failure
+from memdoc.rules.spec import count_evidence
+
+_MAX_LEN = re.compile(r"max seq len \((\d{1,9})\)", re.IGNORECASE)
+_TOKENS_THAT_FIT = re.compile(r"stored in KV cache \((\d{1,12})\)", re.IGNORECASE)
+
+SHORTER_CONTEXT_FIX = Fix(
+    "pytorch",
+    "Give vLLM a shorter context (and fewer sequences at once)",
+    "vllm serve MODEL --max-model-len 4096 --max-num-seqs 64",
+    language="bash",
+)
+MORE_OF_THE_DEVICE_FIX = Fix(
+    "pytorch",
+    "Let vLLM use more of the device (nothing else may be on it)",
+    "vllm serve MODEL --gpu-memory-utilization 0.95",
+    language="bash",
+)
+SMALLER_WEIGHTS_FIX = Fix(
+    "pytorch",
+    "Shrink what the weights take: a quantized checkpoint, or split over GPUs",
+    "vllm serve MODEL-AWQ --quantization awq\nvllm serve MODEL --tensor-parallel-size 2",
+    language="bash",
+)
+
+
+def kv_cache_short(fail: Failure) -> bool:
+    """vLLM refused to start: its KV cache would not hold one sequence of max_model_len."""
+    return fail.oom.library == "vllm"
+
+
+def kv_cache_empty(fail: Failure) -> bool:
+    """Nothing at all was left for the cache: the weights (or another process) took it all,
+    which no shorter context mends."""
+    return kv_cache_short(fail) and "no available memory" in fail.oom.message.lower()
+
+
+def kv_cache_evidence(fail: Failure) -> list[Evidence]:
+    """The context length asked for and the tokens the cache could hold, where vLLM said."""
+    evidence = []
+    for label, pattern in (
+        ("max_model_len asked for", _MAX_LEN),
+        ("tokens the KV cache could hold", _TOKENS_THAT_FIT),
+    ):
+        found = pattern.search(fail.oom.message)
+        if found is not None:
+            evidence.append(count_evidence(label, int(found.group(1))))
+    return evidence
