@@ -16,7 +16,7 @@ _SHORT = 400
 
 _DATALOADER = loose(
     r"DataLoader worker \(pid(?:\(s\))? ([^)]{0,200})\)"
-    r" (?:is killed by signal: ([A-Za-z][\w ]{0,40})|exited unexpectedly)"
+    r" (?:is killed by signal(?:: ([A-Za-z][\w ]{0,40})|\s*$)|exited unexpectedly)"
 )
 # Signals a worker dies of by its own fault (a bug, a bad library), never for lack of memory.
 _NOT_MEMORY_SIGNALS = ("segmentation fault", "aborted", "floating point", "illegal instruction")

@@ -76,6 +76,12 @@ _LISTING = (
             id="numpy-class-in-a-sentence",
         ),
         pytest.param(_REMAT, "compile", None, id="xla-remat-warning"),
+        pytest.param(
+            "DataLoader worker (pid xxx) is killed by signal",
+            "dataloader-killed",
+            None,
+            id="worker-killed-by-an-unnamed-signal",
+        ),
     ],
 )
 def test_a_memory_error_in_another_wording_is_recognised(
@@ -160,6 +166,10 @@ def test_xlas_peak_buffer_listing_alone_is_read_as_its_oom() -> None:
             "INFO 05-01 10:00:00 gpu_executor.py:83] # GPU blocks: 2048, # CPU blocks: 512\n"
             "INFO 05-01 10:00:01 kv_cache_utils.py:634] GPU KV cache size: 51,888 tokens",
             id="vllm-sizing-its-cache",
+        ),
+        pytest.param(
+            "the DataLoader worker (pid 7) is killed by signal handlers we install in tests",
+            id="worker-signal-words-in-prose",
         ),
         pytest.param(
             "Why can't XLA reduce memory use below the limit by rematerialization here?",

@@ -417,7 +417,18 @@ def test_the_host_memory_fix_names_the_trace_the_person_has(
             True,
             id="keeps-increasing",
         ),
+        pytest.param(
+            "trainer.evaluate() aggregates predictions on GPU and causes CUDA out of memory "
+            "issues for large datasets",
+            True,
+            id="results-kept-batch-after-batch",
+        ),
         pytest.param("RuntimeError: CUDA out of memory in the first batch", False, id="silent"),
+        pytest.param(
+            "RuntimeError: CUDA out of memory with gradient accumulation steps 8",
+            False,
+            id="gradient-accumulation-is-not-a-leak",
+        ),
     ],
 )
 def test_a_text_that_speaks_of_a_leak_makes_one_possible_never_more(text: str, fires: bool) -> None:

@@ -48,10 +48,13 @@ _PROGRESS = re.compile(
     re.IGNORECASE,
 )
 
-# What a person writes when memory grows: "memory leak", "leaks", "memory keeps increasing".
+# What a person writes when memory grows: "memory leak", "leaks", "memory keeps increasing",
+# or results kept batch after batch ("aggregates predictions on GPU").
 _LEAK_WORDS = re.compile(
     r"\bmemory[ -]leak(?:s|ing|age)?\b|\bleak(?:s|ing)?\s+(?:gpu\s+|cuda\s+)?memory\b"
-    r"|\bmemory\s+(?:keeps|kept|is|was)\s+(?:increasing|growing|rising)\b",
+    r"|\bmemory\s+(?:keeps|kept|is|was)\s+(?:increasing|growing|rising)\b"
+    r"|\b(?:accumulat|aggregat|append|collect)(?:es|ed|ing|e|s)?\s+(?:all\s+(?:the\s+)?|the\s+)?"
+    r"(?:predictions|outputs|logits|losses|embeddings)\b",
     re.IGNORECASE,
 )
 
