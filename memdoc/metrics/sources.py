@@ -38,11 +38,17 @@ class _RulesCache:
         self._at = float("-inf")
         self._findings: Sequence[Finding] = ()
 
+    def due(self, *, final: bool) -> bool:
+        """Whether `findings` would diagnose again now."""
+        return time.monotonic() - self._at >= self._interval_s or (
+            final and self._at < float("inf")
+        )
+
     def findings(self, trace: Trace, *, final: bool) -> Sequence[Finding]:
-        now = time.monotonic()
-        if now - self._at >= self._interval_s or (final and self._at < float("inf")):
+        if self.due(final=final):
             self._findings = self._diagnose(trace)
-            self._at = float("inf") if final else now  # a finished run is diagnosed once
+            # A finished run is diagnosed once.
+            self._at = float("inf") if final else time.monotonic()
         return self._findings
 
 
@@ -106,7 +112,11 @@ class SharedTraceSource:
             trace = self._trace()
             if trace is None:
                 return None
-            return snapshot_of(trace, self._rules.findings(trace, final=False))
+            if not self._rules.due(final=False):
+                return snapshot_of(trace, self._rules.findings(trace, final=False))
+            # The catalogue reads a copy, so that the sampler is not held up while it runs.
+            trace = trace.copy()
+        return snapshot_of(trace, self._rules.findings(trace, final=False))
 
 
 def forget_before(trace: Trace, t: float) -> None:

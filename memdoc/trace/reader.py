@@ -135,6 +135,24 @@ class Trace:
         trace.add_event(Event(t=0.0, kind=EventKind.OOM, data={"oom": oom.to_dict()}))
         return trace
 
+    def copy(self) -> Trace:
+        """A copy that later additions to this trace do not change (values copied; events,
+        processes and devices are immutable records, shared)."""
+        twin = Trace(self.header, self.path)
+        twin.warnings = list(self.warnings)
+        twin.devices_by_index = dict(self.devices_by_index)
+        twin._series = {
+            key: Series(key, array("d", s.times), array("d", s.values))
+            for key, s in self._series.items()
+        }
+        twin._events = list(self._events)
+        twin._processes = dict(self._processes)
+        twin._collectors = list(self._collectors)
+        twin.exit = self.exit
+        twin.values_read = self.values_read
+        twin.last_t = self.last_t
+        return twin
+
     def add_event(self, event: Event) -> None:
         self._events.append(event)
         self.last_t = max(self.last_t, event.t)

@@ -18,6 +18,8 @@ from memdoc.metrics.families import MemdocCollector
 from memdoc.metrics.identity import JobIdentity
 from memdoc.metrics.server import serve
 from memdoc.metrics.sources import SharedTraceSource
+from memdoc.rules.base import Finding
+from memdoc.trace.reader import Trace
 from memdoc.tui.system import SystemSource
 from tests.collectors.nvml_standin import gate_from_nvidia_smi_xml
 from tests.conftest import FIXTURES, memdoc_cmd
@@ -117,3 +119,34 @@ def test_in_a_terminal_the_dashboard_runs_and_the_metrics_are_served_beside_it(
         assert term.exit_status() == 0
     finally:
         term.close()
+
+
+def test_the_catalogue_runs_on_a_copy_so_the_sampler_is_never_held_up_by_it(
+    system: tuple[SystemSource, threading.Lock],
+) -> None:
+    source, lock = system
+    with lock:
+        source.poll()
+    diagnosing, finish = threading.Event(), threading.Event()
+    seen: list[Trace] = []
+
+    def slow_diagnosis(trace: Trace) -> list[Finding]:
+        seen.append(trace)
+        diagnosing.set()
+        finish.wait(10)
+        return []
+
+    state = SharedTraceSource(lambda: source.trace, lock, diagnose_fn=slow_diagnosis)
+    scraper = threading.Thread(target=state.snapshot)
+    scraper.start()
+    try:
+        assert diagnosing.wait(5)
+        # While the rules run, the sampler takes its lock and adds a sample.
+        assert lock.acquire(timeout=2)
+        source.poll()
+        lock.release()
+        assert seen[0] is not source.trace
+    finally:
+        finish.set()
+        scraper.join(5)
+    assert not scraper.is_alive()

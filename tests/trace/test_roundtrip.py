@@ -190,3 +190,23 @@ def test_non_finite_values_in_a_damaged_file_are_skipped(tmp_path: Path) -> None
 
     assert rss is not None and all(v == v for v in rss.values)
     assert 0.55 not in list(rss.times)
+
+
+def test_a_copy_of_a_trace_reads_the_same_and_does_not_see_later_additions(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "run.memdoc"
+    _write_small(path)
+    trace = load_trace(path)
+    key = trace.series_keys()[0]
+    before = list(trace.series(key.metric, key.device, key.pid).values)
+
+    twin = trace.copy()
+    trace.add_values(99.0, [(key, 123.0)])
+    trace.add_event(Event(t=99.0, kind=EventKind.MARK, data={"name": "later"}))
+
+    copied = twin.series(key.metric, key.device, key.pid)
+    assert list(copied.values) == before
+    assert len(twin.events()) == len(trace.events()) - 1
+    assert twin.devices() == trace.devices() and twin.header is trace.header
+    assert twin.last_t < trace.last_t
