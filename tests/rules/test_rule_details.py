@@ -440,6 +440,22 @@ def test_a_text_that_speaks_of_a_leak_makes_one_possible_never_more(text: str, f
         assert confidence is None or confidence_word(confidence) == "weak"
 
 
+def test_trainers_evaluation_keeping_logits_names_the_settings_that_keep_less() -> None:
+    (leak,) = [
+        f
+        for f in explain_text("CUDA out of memory when using Trainer with compute_metrics").findings
+        if f.rule == "leak-across-steps"
+    ]
+
+    assert confidence_word(leak.confidence) == "possible"
+    assert "compute_metrics" in leak.summary
+    (fix,) = leak.fixes
+    assert "preprocess_logits_for_metrics=" in fix.code and "eval_accumulation_steps=" in fix.code
+    # Metrics named without the Trainer's words are no such sign.
+    near = _finding("RuntimeError: CUDA out of memory. computing metrics", "leak-across-steps")
+    assert near is None or confidence_word(near) == "weak"
+
+
 def test_mps_stopping_at_its_watermark_names_the_setting_that_raises_it() -> None:
     text = (
         "RuntimeError: MPS backend out of memory (MPS allocated: 8.89 GB, other allocations: "

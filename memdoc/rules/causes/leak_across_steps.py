@@ -58,6 +58,27 @@ _LEAK_WORDS = re.compile(
     re.IGNORECASE,
 )
 
+# Hugging Face's Trainer keeps every evaluation batch's logits on the device until
+# compute_metrics runs, unless told otherwise: the text names those settings.
+_KEPT_FOR_METRICS = re.compile(
+    r"\b(?:compute_metrics|eval_accumulation_steps|preprocess_logits_for_metrics)\b"
+)
+KEEP_LESS_FOR_METRICS_FIX = Fix(
+    "pytorch",
+    "Keep less of each evaluation batch, and move it off the GPU sooner (Trainer)",
+    snippet(
+        """
+    from transformers import Trainer, TrainingArguments
+
+    def keep_ids(logits, labels):
+        return logits.argmax(dim=-1)  # what the metric needs, not the whole logits
+
+    args = TrainingArguments(output_dir="out", eval_accumulation_steps=8)
+    trainer = Trainer(model, args, preprocess_logits_for_metrics=keep_ids)
+    """
+    ),
+)
+
 
 class LeakAcrossSteps(RuleSpec):
     slug = "leak-across-steps"
@@ -206,9 +227,26 @@ GPU. In Python the memory is freed only when the last reference goes.
         oom = fail.oom
         if oom.kind not in ("allocator", "disguised") or specific_library(oom) is not None:
             return None
-        said = _LEAK_WORDS.search(" ".join(t[-20000:] for t in (oom.message, fail.context) if t))
+        text = " ".join(t[-20000:] for t in (oom.message, fail.context) if t)
+        said = _LEAK_WORDS.search(text)
         reached = _progress(fail)
         evidence: list[Evidence] = []
+        metrics = _KEPT_FOR_METRICS.search(text)
+        if metrics is not None:
+            summary = (
+                f'The text names Trainer\'s evaluation ("{metrics.group(0)}"): it keeps every '
+                "evaluation batch's logits on the device until the metrics are computed, so "
+                "memory grows batch after batch through the evaluation."
+            )
+            return self.finding(
+                trace,
+                Signals(POSSIBLE),
+                summary,
+                evidence,
+                to_confirm=TO_CONFIRM,
+                frameworks=["pytorch"],
+                fixes=(KEEP_LESS_FOR_METRICS_FIX,),
+            )
         if said is not None:
             signals = Signals(POSSIBLE)
             summary = (
