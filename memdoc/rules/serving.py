@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import re
 
-from memdoc.rules.base import Evidence, Fix
+from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.confidence import Signals
 from memdoc.rules.facts import Failure
-from memdoc.rules.spec import count_evidence
+from memdoc.rules.spec import RuleSpec, count_evidence
+from memdoc.trace.reader import Trace
 
 _MAX_LEN = re.compile(r"max seq len \((\d{1,9})\)", re.IGNORECASE)
 _TOKENS_THAT_FIT = re.compile(r"stored in KV cache \((\d{1,12})\)", re.IGNORECASE)
@@ -60,3 +62,25 @@ def kv_cache_evidence(fail: Failure) -> list[Evidence]:
         if found is not None:
             evidence.append(count_evidence(label, int(found.group(1))))
     return evidence
+
+
+def kv_cache_finding(
+    rule: RuleSpec,
+    trace: Trace,
+    fail: Failure,
+    signals: Signals,
+    summary: str,
+    *,
+    to_confirm: str,
+    fix: Fix,
+) -> Finding:
+    """One rule's reading of a KV cache that did not fit, with the one setting it names."""
+    return rule.finding(
+        trace,
+        signals,
+        summary,
+        kv_cache_evidence(fail),
+        to_confirm=to_confirm,
+        frameworks=["pytorch"],
+        fixes=(fix,),
+    )

@@ -24,7 +24,7 @@ from memdoc.rules.ledger import cached_unused_bytes, held_bytes, sizeable_cache
 from memdoc.rules.serving import (
     SHORTER_CONTEXT_FIX,
     kv_cache_empty,
-    kv_cache_evidence,
+    kv_cache_finding,
     kv_cache_short,
 )
 from memdoc.rules.spec import (
@@ -172,15 +172,15 @@ job fails in the first steps, or on the first unusually long or large input.
             "left after the weights: a shorter max_model_len (or fewer sequences at once) "
             "needs less."
         )
-        return self.finding(
+        return kv_cache_finding(
+            self,
             trace,
+            fail,
             Signals(WEAK if kv_cache_empty(fail) else POSSIBLE),
             summary,
-            kv_cache_evidence(fail),
             to_confirm="vLLM logs the KV cache it could allocate at start ('GPU KV cache size: "
             "N tokens'): the context asked for must fit in it",
-            frameworks=["pytorch"],
-            fixes=(SHORTER_CONTEXT_FIX,),
+            fix=SHORTER_CONTEXT_FIX,
         )
 
     def _inside_a_step(self, trace: Trace, fail: Failure) -> Finding | None:

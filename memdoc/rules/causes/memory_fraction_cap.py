@@ -14,7 +14,7 @@ from memdoc.rules.facts import (
     sum_at,
 )
 from memdoc.rules.ledger import pool_bytes
-from memdoc.rules.serving import MORE_OF_THE_DEVICE_FIX, kv_cache_evidence, kv_cache_short
+from memdoc.rules.serving import MORE_OF_THE_DEVICE_FIX, kv_cache_finding, kv_cache_short
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
@@ -172,15 +172,15 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
             "vLLM uses only the share of the device that gpu_memory_utilization gives it (0.9 "
             "unless set); the KV cache gets what is left of that share after the weights."
         )
-        return self.finding(
+        return kv_cache_finding(
+            self,
             trace,
+            fail,
             Signals(POSSIBLE),
             summary,
-            kv_cache_evidence(fail),
             to_confirm="run nvidia-smi before starting vLLM: what other processes hold is "
             "not available to it, whatever the setting",
-            frameworks=["pytorch"],
-            fixes=(MORE_OF_THE_DEVICE_FIX,),
+            fix=MORE_OF_THE_DEVICE_FIX,
         )
 
 

@@ -17,7 +17,7 @@ from memdoc.rules.host import host_limits, on_host, resident_at_failure
 from memdoc.rules.serving import (
     SMALLER_WEIGHTS_FIX,
     kv_cache_empty,
-    kv_cache_evidence,
+    kv_cache_finding,
     kv_cache_short,
 )
 from memdoc.rules.spec import (
@@ -154,15 +154,15 @@ it on one device.
             "The model's weights may take most of what vLLM may use, leaving too little for "
             "its KV cache: a quantized model, or the model split over more GPUs, leaves more."
         )
-        return self.finding(
+        return kv_cache_finding(
+            self,
             trace,
+            fail,
             Signals(POSSIBLE if kv_cache_empty(fail) else WEAK),
             summary,
-            kv_cache_evidence(fail),
             to_confirm="vLLM logs how much the weights took at start ('Loading model weights "
             "took N GiB')",
-            frameworks=["pytorch"],
-            fixes=(SMALLER_WEIGHTS_FIX,),
+            fix=SMALLER_WEIGHTS_FIX,
         )
 
     def _from_model_state(self, trace: Trace, fail: Failure | None) -> Finding | None:
