@@ -48,6 +48,8 @@ _EXIT_KILL = (
     re.compile(r"<Signals\.SIGKILL: 9>"),
     re.compile(r"\bSignal 9 \(SIGKILL\)"),
     re.compile(r"\bOOMKilled\b"),
+    # runc's "container init was OOM-killed", a scheduler's "OOM killed"; not "was not ..."
+    re.compile(r"(?<!not )(?<!n't )(?<!never )\bOOM[- ]killed\b", re.I),
     re.compile(r"\bkilled by signal 9\b|\bsignal: killed\b", re.I),
 )
 _EXIT_NEEDLES = (
@@ -59,6 +61,8 @@ _EXIT_NEEDLES = (
     "signals.sigkill",
     "signal 9",
     "oomkilled",
+    "oom-killed",
+    "oom killed",
     "signal: killed",
 )
 _PID = re.compile(r"\(pid:? (\d{1,10})\)|by PID (\d{1,10})|process (\d{1,10})", re.I)

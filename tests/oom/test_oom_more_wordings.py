@@ -77,6 +77,13 @@ _LISTING = (
         ),
         pytest.param(_REMAT, "compile", None, id="xla-remat-warning"),
         pytest.param(
+            'level=error msg="runc create failed: unable to start container process: container '
+            'init was OOM-killed (memory limit too low?)"',
+            "host-kill",
+            None,
+            id="container-oom-killed",
+        ),
+        pytest.param(
             "DataLoader worker (pid xxx) is killed by signal",
             "dataloader-killed",
             None,
@@ -167,6 +174,7 @@ def test_xlas_peak_buffer_listing_alone_is_read_as_its_oom() -> None:
             "INFO 05-01 10:00:01 kv_cache_utils.py:634] GPU KV cache size: 51,888 tokens",
             id="vllm-sizing-its-cache",
         ),
+        pytest.param("The pod was not OOM-killed: it hit its deadline", id="not-oom-killed"),
         pytest.param(
             "the DataLoader worker (pid 7) is killed by signal handlers we install in tests",
             id="worker-signal-words-in-prose",
