@@ -623,3 +623,27 @@ def test_an_oom_inside_the_optimizers_step_is_its_state_unless_a_closure_ran(
     )
 
     assert (_finding(text, "optimizer-state") is not None) is fires
+
+
+@pytest.mark.parametrize(
+    ("text", "word"),
+    [
+        pytest.param(
+            "terminate called after throwing an instance of 'std::bad_alloc'\n"
+            "  what():  std::bad_alloc\nAborted",
+            "likely",
+            id="bad-alloc-without-a-size",
+        ),
+        pytest.param(
+            "numpy.core._exceptions.MemoryError: Unable to allocate 926. GiB for an array with "
+            "shape (6794880, 36601) and data type float32",
+            "strong",
+            id="numpy-names-what-it-asked-for",
+        ),
+    ],
+)
+def test_a_bare_bad_alloc_is_likely_host_memory_not_sure(text: str, word: str) -> None:
+    # std::bad_alloc also comes from sizes read from damaged files or bad input.
+    confidence = _finding(text, "host-oom")
+
+    assert confidence is not None and confidence_word(confidence) == word

@@ -298,6 +298,9 @@ shared memory show that the host itself was the limit.
         )
 
 
+_BAD_ALLOC = r"std::bad_alloc"
+
+
 def _signs_of(fail: Failure) -> _Signs:
     oom = fail.oom
     shm = oom.kind == "shm" or (oom.kind == "dataloader-killed" and fail.says(_SHM))
@@ -321,6 +324,13 @@ def _failed_allocation(
     if signs.workers:
         summary = "A DataLoader worker could not allocate host memory (RAM)."
         return Signals(STRONG), summary, None
+    if trace.is_text_only and fail.oom.requested_bytes is None and fail.says(_BAD_ALLOC):
+        summary = (
+            "A C++ allocation failed (std::bad_alloc) without saying its size: host memory ran "
+            "out, or a size read from a damaged file or bad input asked for more than any "
+            "machine has."
+        )
+        return Signals(LIKELY), summary, "watch the process's memory as it fails (`memdoc run`)"
     if trace.is_text_only:
         return Signals(STRONG), "An allocation in host memory (RAM) failed.", None
     if gpu_recorded(trace):
