@@ -30,7 +30,9 @@ _PHASE = re.compile(
     r"|compile_or_get_cached|_cached_compilation|lower_sharding_computation)\b)"
     r"|(?P<init>cuDevicePrimaryCtxRetain|cuCtxCreate|failed call to cuInit"
     r"|CUDA driver error: out of memory|failed initializing StreamExecutor"
-    r"|CUDA runtime implicit initialization on \S{1,20} failed\. Status: out of memory)"
+    r"|CUDA runtime implicit initialization on \S{1,20} failed\. Status: out of memory"
+    # PyTorch's lazy CUDA start-up: old builds made the random generators' states first
+    r"|THCTensorRandom\.cu|\bin _lazy_init\b|torch\._C\._cuda_init\(\))"
     r"|(?P<train>\bin (?:train_step|training_step|_training_step|train_one_epoch|train_epoch"
     r"|backward|fit|train)\b|__inference_train_function|\.backward\(|optimizer\.step\()"
 )

@@ -159,6 +159,18 @@ def test_killed_while_loading_checkpoint_shards_is_a_host_oom_at_load() -> None:
             "CUDA_ERROR_OUT_OF_MEMORY: out of memory\n",
             id="tf-cuinit",
         ),
+        pytest.param(
+            '  File "train.py", line 79, in load_model\n'
+            "    model = Tacotron2(hparams).cuda()\n"
+            "RuntimeError: cuda runtime error (2) : out of memory at "
+            "/pytorch/aten/src/THC/THCTensorRandom.cu:25\n",
+            id="torch-0.4-random-generators-at-start",
+        ),
+        pytest.param(
+            '  File "site-packages/torch/cuda/__init__.py", line 293, in _lazy_init\n'
+            "    torch._C._cuda_init()\nRuntimeError: CUDA error: out of memory\n",
+            id="torch-lazy-init",
+        ),
     ],
 )
 def test_no_memory_for_a_context_means_another_process_held_it(text: str) -> None:
