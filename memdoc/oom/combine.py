@@ -172,6 +172,6 @@ def _merge(incident: _Incident, log: LogText) -> OomInfo:
         framework=framework,
         processes=processes,
         requested_unknown_huge=huge or is_huge(merged.requested_bytes),
-        phase=phase_at(log, primary.line, primary.end),
+        phase=phase_at(log, primary.line, primary.end) or primary.info.phase,
         line=incident.line + 1,
     )

@@ -18,6 +18,7 @@ class _Form:
     needle: str
     library: str | None
     framework: str | None = None
+    phase: str | None = None  # where the form always comes from ("load": loading a model)
 
 
 # XLA's `RET_CHECK ... dnn != nullptr` is not among them: in real threads a jaxlib built for
@@ -58,6 +59,12 @@ _FORMS = (
     _Form("tokens that can be stored in kv cache", "vllm", "pytorch"),
     _Form("no available memory for the cache blocks", "vllm", "pytorch"),
     _Form("than the available kv cache memory", "vllm", "pytorch"),
+    # PyTorch when every cuDNN algorithm failed, most often for lack of workspace memory.
+    _Form("unable to find a valid cudnn algorithm to run convolution", "cudnn", "pytorch"),
+    # llama.cpp / ggml could not place the model's weights; Transformers' device_map had to
+    # put quantized weights off the GPU.
+    _Form("unable to allocate backend buffer", "cuda", None, "load"),
+    _Form("enough gpu ram to fit the quantized model", "cuda", "pytorch", "load"),
 )
 # A cuDNN library that does not match the build fails at start-up with the same words as one
 # that found no memory; TensorFlow says so a few lines above.
@@ -126,7 +133,10 @@ def find(log: LogText) -> list[Hit]:
                 continue
             if _mostly_free(log, line):
                 continue
-            hits.append(_hit(log, line, window, form.library, form.framework))
+            hit = _hit(log, line, window, form.library, form.framework)
+            if form.phase is not None and hit.info.phase is None:
+                hit = replace(hit, info=replace(hit.info, phase=form.phase))
+            hits.append(hit)
     return hits
 
 

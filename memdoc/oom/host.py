@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from memdoc.oom.fields import SIZE, first_group, is_huge, loose, parse_shape, to_bytes, to_int
-from memdoc.oom.logtext import Hit, LogText, rank_of, strip_prefix
+from memdoc.oom.logtext import Hit, LogText, is_source_line, rank_of, strip_prefix
 from memdoc.trace.model import OomInfo, ProcessUsage
 
 # Short lines only: a shell's "Killed" line is short, and a 1 MB line must not be rescanned.
@@ -268,25 +268,59 @@ def _host_alloc(log: LogText) -> list[Hit]:
     return hits
 
 
-# What hosted notebooks say when the kernel died for lack of RAM (Colab, Kaggle).
-_NOTEBOOK_NOTICES = (
-    "session crashed after using all available ram",
-    "tried to allocate more memory than is available",
+# What platforms say when a job ran out of host memory, as (needle, kind): hosted notebooks
+# (Colab, Kaggle), schedulers (SLURM), SageMaker, Windows' commit limit, Python itself, and
+# Ollama refusing a model larger than the free RAM.
+_PLATFORM_NOTICES = (
+    ("session crashed after using all available ram", "host-kill"),
+    ("tried to allocate more memory than is available", "host-kill"),
+    ("exceeded job memory limit", "host-kill"),
+    ("exceeded memory limit", "host-kill"),
+    ("oom-kill event", "host-kill"),
+    ("use an instance type with more memory", "host-kill"),
+    ("the paging file is too small", "host-alloc"),
+    ("cannot recover from memoryerrors", "host-alloc"),
+    ("requires more system memory", "host-alloc"),
 )
+# "has not exceeded memory limit", "didn't use an instance type with more memory"
+_NEGATED = re.compile(r"(?:\bnot|\bnever|\bno|n't)\s+(?:\w+\s+){0,2}$", re.I)
+_SLURM_LIMIT = re.compile(r"exceeded memory limit \((\d{1,20}) > (\d{1,20})\)")
+_OLLAMA = loose(rf"requires more system memory \(({SIZE})\) than is available \(({SIZE})\)")
 
 
-def _notebook_notice(log: LogText) -> list[Hit]:
+def _platform_notice(log: LogText) -> list[Hit]:
     hits = []
-    for needle in _NOTEBOOK_NOTICES:
-        for line, _ in log.anchors(needle):
-            info = _info(log, line, "host-kill")
+    for needle, kind in _PLATFORM_NOTICES:
+        for line, column in log.anchors(needle):
+            text = log.lines[line][max(0, column - 200) : column + 300]
+            before = log.lines[line][max(0, column - 40) : column]
+            if is_source_line(strip_prefix(text)) or _NEGATED.search(before):
+                continue
+            info = _info(log, line, kind, **_platform_figures(text))
             hits.append(Hit(line=line, end=line, info=info, rank=info.rank))
     return hits
 
 
+def _platform_figures(text: str) -> dict[str, Any]:
+    """What a notice says of sizes: SLURM's usage and limit (KiB), Ollama's need and room."""
+    slurm = _SLURM_LIMIT.search(text)
+    if slurm is not None:
+        return {"limit_bytes": int(slurm.group(2)) * 1024}
+    ollama = _OLLAMA.search(text)
+    if ollama is not None:
+        requested = to_bytes(ollama.group(1))
+        return {
+            "requested_bytes": requested,
+            "free_bytes": to_bytes(ollama.group(2)),
+            "device_type": "cpu",
+            "phase": "load",
+        }
+    return {}
+
+
 _FINDERS: tuple[Callable[[LogText], list[Hit]], ...] = (
     _dataloader,
-    _notebook_notice,
+    _platform_notice,
     _dmesg,
     _killed_lines,
     _exit_kills,

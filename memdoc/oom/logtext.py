@@ -35,7 +35,7 @@ _RECORD_START = re.compile(
 # Blanks standing for a lost line break, searched backwards: at least eight, then text.
 _WIDE_GAP = re.compile(r"\s{8,}(?=\S)")
 _SOURCE_LINE = re.compile(
-    r"""^(?:["']|(?:if|elif|except|assert|return|for|while|def|with|match|case|\#) )"""
+    r"""^(?:["']|(?:if|elif|except|assert|raise|return|for|while|def|with|match|case|\#) )"""
     r"""|\bin str\(|\.format\(|\bstr\(\w{1,20}\)|==\s{0,3}["']"""
 )
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from memdoc.oom import parse_all, parse_text
+from memdoc.rules.confidence import confidence_word
 from memdoc.rules.engine import explain_text
 
 _KV_CACHE_SHORT = (
@@ -84,6 +85,64 @@ _LISTING = (
             id="container-oom-killed",
         ),
         pytest.param(
+            "slurmstepd: error: Job 123 exceeded memory limit (16777216 > 16384000), being killed",
+            "host-kill",
+            None,
+            id="slurm-job-over-its-limit",
+        ),
+        pytest.param(
+            "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=123.batch. Some of your "
+            "processes may have been killed by the cgroup out-of-memory handler.",
+            "host-kill",
+            None,
+            id="slurm-oom-kill-event",
+        ),
+        pytest.param(
+            "ClientError: Please use an instance type with more memory, or reduce the size of "
+            "job data processed on an instance.",
+            "host-kill",
+            None,
+            id="sagemaker",
+        ),
+        pytest.param(
+            "OSError: [WinError 1455] The paging file is too small for this operation to "
+            'complete. Error loading "torch\\lib\\cudnn_cnn_infer64_8.dll"',
+            "host-alloc",
+            None,
+            id="windows-paging-file",
+        ),
+        pytest.param(
+            "Fatal Python error: Cannot recover from MemoryErrors while normalizing exceptions.",
+            "host-alloc",
+            None,
+            id="python-memory-errors",
+        ),
+        pytest.param(
+            "Error: model requires more system memory (5.8 GiB) than is available (3.2 GiB)",
+            "host-alloc",
+            None,
+            id="ollama",
+        ),
+        pytest.param(
+            "llama_model_load: error loading model: unable to allocate backend buffer",
+            "disguised",
+            "cuda",
+            id="ggml-backend-buffer",
+        ),
+        pytest.param(
+            "ValueError: Some modules are dispatched on the CPU or the disk. Make sure you have "
+            "enough GPU RAM to fit the quantized model.",
+            "disguised",
+            "cuda",
+            id="transformers-quantized-dispatch",
+        ),
+        pytest.param(
+            "RuntimeError: Unable to find a valid cuDNN algorithm to run convolution",
+            "disguised",
+            "cudnn",
+            id="pytorch-no-cudnn-algorithm",
+        ),
+        pytest.param(
             "DataLoader worker (pid xxx) is killed by signal",
             "dataloader-killed",
             None,
@@ -132,6 +191,37 @@ def test_vllms_kv_cache_names_its_three_settings_most_likely_first(
     assert "--quantization" in fixes
 
 
+@pytest.mark.parametrize(
+    ("text", "first", "word"),
+    [
+        pytest.param(
+            "slurmstepd: error: Job 123 exceeded memory limit (16777216 > 16384000), being killed",
+            "host-oom",
+            "strong",
+            id="a-scheduler-says-memory",
+        ),
+        pytest.param(
+            "llama_model_load: error loading model: unable to allocate backend buffer",
+            "model-too-large",
+            "possible",
+            id="weights-that-found-no-room",
+        ),
+    ],
+)
+def test_platform_and_loader_notices_name_their_cause(text: str, first: str, word: str) -> None:
+    finding = explain_text(text).findings[0]
+
+    assert (finding.rule, confidence_word(finding.confidence)) == (first, word)
+
+
+def test_slurm_gives_the_jobs_limit() -> None:
+    oom = parse_text(
+        "slurmstepd: error: Job 123 exceeded memory limit (16777216 > 16384000), being killed"
+    )
+
+    assert oom is not None and oom.limit_bytes == 16384000 * 1024
+
+
 def test_vllm_reports_the_context_asked_for_and_what_the_cache_holds() -> None:
     evidence = [e.text for e in explain_text(_KV_CACHE_SHORT).findings[0].evidence]
 
@@ -175,6 +265,15 @@ def test_xlas_peak_buffer_listing_alone_is_read_as_its_oom() -> None:
             id="vllm-sizing-its-cache",
         ),
         pytest.param("The pod was not OOM-killed: it hit its deadline", id="not-oom-killed"),
+        pytest.param(
+            "slurmstepd: error: *** JOB 123 CANCELLED DUE TO TIME LIMIT ***\n"
+            "the job had not exceeded memory limit",
+            id="slurm-time-limit",
+        ),
+        pytest.param(
+            '    raise ValueError("Make sure you have enough GPU RAM to fit the quantized model")',
+            id="the-message-quoted-in-source",
+        ),
         pytest.param(
             "the DataLoader worker (pid 7) is killed by signal handlers we install in tests",
             id="worker-signal-words-in-prose",

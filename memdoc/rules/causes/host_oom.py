@@ -36,6 +36,11 @@ _KERNEL_OOM = (
     r"Out of memory: Kill|oom-kill|oom_kill|Killed process \d+|Memory cgroup out of memory"
     r"|OOMKilled"
 )
+# A scheduler or a hosted platform saying in words that the job ran out of memory.
+_PLATFORM_OOM = (
+    r"exceeded (?:job )?memory limit|OOM[- ]killed|instance type with more memory"
+    r"|using all available RAM|allocate more memory than is available"
+)
 _SHM = r"Bus error|shared memory|/dev/shm"
 _DATALOADER_TEXT = r"DataLoader worker"
 _DATALOADER_FILES = r"torch[/\\]utils[/\\]data[/\\]"
@@ -247,12 +252,16 @@ shared memory show that the host itself was the limit.
         to_confirm = None
         if oom.kind == "host-kill":
             kernel = fail.says(_KERNEL_OOM)
-            signals = Signals(STRONG if kernel else LIKELY)
-            summary = (
-                "The kernel's OOM killer killed the process."
-                if kernel
-                else "The process was killed without a Python error, the mark of the OOM killer."
-            )
+            platform = not kernel and fail.says(_PLATFORM_OOM)
+            signals = Signals(STRONG if kernel or platform else LIKELY)
+            if kernel:
+                summary = "The kernel's OOM killer killed the process."
+            elif platform:
+                summary = "The scheduler or platform says the job ran out of memory and stopped it."
+            else:
+                summary = (
+                    "The process was killed without a Python error, the mark of the OOM killer."
+                )
         elif signs.shm:
             signals = Signals(STRONG)
             summary = "A DataLoader worker ran out of shared memory (/dev/shm)."
