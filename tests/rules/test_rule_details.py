@@ -647,3 +647,28 @@ def test_a_bare_bad_alloc_is_likely_host_memory_not_sure(text: str, word: str) -
     confidence = _finding(text, "host-oom")
 
     assert confidence is not None and confidence_word(confidence) == word
+
+
+@pytest.mark.parametrize(
+    ("requested", "fires"),
+    [
+        pytest.param("4.53 GiB", True, id="three-quarters-of-the-card-at-once"),
+        pytest.param("2.53 GiB", False, id="under-half-the-card"),
+    ],
+)
+def test_most_of_the_card_asked_for_while_holding_nothing_is_one_allocation(
+    requested: str, fires: bool
+) -> None:
+    # YOLOX's "occupy" option asks for most of the GPU in one block at start.
+    text = (
+        f"RuntimeError: CUDA out of memory. Tried to allocate {requested} (GPU 0; 6.00 GiB total "
+        "capacity; 39.04 MiB already allocated; 4.45 GiB free; 64.00 MiB reserved in total by "
+        "PyTorch)"
+    )
+
+    confidence = _finding(text, "single-allocation-too-large")
+
+    if fires:
+        assert confidence is not None and confidence_word(confidence) == "possible"
+    else:
+        assert confidence is None

@@ -174,7 +174,34 @@ volume processed at once, or a convolution asking for a huge workspace.
         if kept is None:
             return None
         held = Held("already allocated by the job", kept)
-        return self._beside_kept(trace, capacity, requested, held, involved)
+        return self._beside_kept(trace, capacity, requested, held, involved) or self._alone(
+            trace, capacity, requested, held, involved
+        )
+
+    def _alone(
+        self,
+        trace: Trace,
+        capacity: Limit,
+        requested: float,
+        held: Held,
+        involved: list[str],
+    ) -> Finding | None:
+        """Most of the device asked for at once while the job held next to nothing: one
+        tensor is the problem, not memory piling up (it could fit only on an empty card)."""
+        total = capacity.limit_bytes
+        if not (requested >= 0.5 * total and held.held_bytes <= ALONE_SHARE * requested):
+            return None
+        evidence = [
+            bytes_evidence("requested in one allocation", requested),
+            share_evidence(f"request / {capacity.label}", requested / total),
+            bytes_evidence(held.label, held.held_bytes),
+        ]
+        summary = (
+            f"One allocation of {format_bytes(requested)}, {requested / total:.0%} of the "
+            f"device, was asked for while the job held only {format_bytes(held.held_bytes)}: "
+            "one tensor this large fits only on a nearly empty card."
+        )
+        return self.finding(trace, Signals(POSSIBLE), summary, evidence, frameworks=involved)
 
     def _on_host(
         self, trace: Trace, fail: Failure, requested: float, involved: list[str]
@@ -317,6 +344,10 @@ volume processed at once, or a convolution asking for a huge workspace.
             ),
             frameworks=involved,
         )
+
+
+# The job held at most this share of the request: the request alone is the problem.
+ALONE_SHARE = 0.1
 
 
 def _kept_bytes(trace: Trace, oom: OomInfo, device: int | None, t: float) -> float | None:
