@@ -43,3 +43,17 @@ def sizeable_cache(cached_bytes: float, total_bytes: float | None) -> bool:
 def significant(num_bytes: float, total_bytes: float | None) -> bool:
     """Whether an amount matters on this device (always, when the size is unknown)."""
     return total_bytes is None or num_bytes >= SIGNIFICANT_SHARE * total_bytes
+
+
+def room_was_left(oom: OomInfo) -> bool:
+    """The error says the device had far more free than the request (four times, and a tenth
+    of the card): the device was not what refused it."""
+    free, requested, total = oom.free_bytes, oom.requested_bytes, oom.total_bytes
+    if free is None or not requested or not total:
+        return False
+    return free >= ROOM_LEFT_FACTOR * requested and free >= ROOM_LEFT_SHARE * total
+
+
+# How much free memory beside a failed request means the device itself had room.
+ROOM_LEFT_FACTOR = 4
+ROOM_LEFT_SHARE = 0.1

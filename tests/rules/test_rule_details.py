@@ -672,3 +672,30 @@ def test_most_of_the_card_asked_for_while_holding_nothing_is_one_allocation(
         assert confidence is not None and confidence_word(confidence) == "possible"
     else:
         assert confidence is None
+
+
+@pytest.mark.parametrize(
+    ("free", "first"),
+    [
+        pytest.param("2.86 GiB", "memory-fraction-cap", id="room-left-on-the-card"),
+        pytest.param("100.00 MiB", None, id="about-as-much-free-as-asked"),
+    ],
+)
+def test_a_request_refused_with_the_card_mostly_free_points_to_a_cap(
+    free: str, first: str | None
+) -> None:
+    text = (
+        "CUDA out of memory. Tried to allocate 98.00 MiB. GPU 0 has a total capacity of 4.00 GiB "
+        f"of which {free} is free. Of the allocated memory 254.49 MiB is allocated by PyTorch, "
+        "and 97.51 MiB is reserved by PyTorch but unallocated."
+    )
+
+    findings = explain_text(text).findings
+    cap = _finding(text, "memory-fraction-cap")
+
+    if first is None:
+        assert cap is None
+    else:
+        assert findings[0].rule == first and confidence_word(findings[0].confidence) == "possible"
+        # The step's working set was not what the device refused.
+        assert confidence_word(_finding(text, "activations-too-large") or 0.0) == "weak"

@@ -20,7 +20,7 @@ from memdoc.rules.facts import (
     tiny_request,
 )
 from memdoc.rules.host import curve_capacity, host_limits, on_host, resident_at_failure
-from memdoc.rules.ledger import cached_unused_bytes, held_bytes, sizeable_cache
+from memdoc.rules.ledger import cached_unused_bytes, held_bytes, room_was_left, sizeable_cache
 from memdoc.rules.serving import (
     SHORTER_CONTEXT_FIX,
     kv_cache_empty,
@@ -301,6 +301,12 @@ job fails in the first steps, or on the first unusually long or large input.
             summary = (
                 f"The job itself held only {format_bytes(held)} of the {format_bytes(total)} "
                 "device: look at what else holds the memory first."
+            )
+            signals = Signals(WEAK)
+        elif room_was_left(oom):
+            summary = (
+                f"The device still had {format_bytes(oom.free_bytes or 0)} free, more than the "
+                "step asked for: the device was not the limit, see the other findings."
             )
             signals = Signals(WEAK)
         elif cached is not None and cached >= requested and sizeable_cache(cached, total):

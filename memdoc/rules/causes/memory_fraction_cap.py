@@ -13,11 +13,12 @@ from memdoc.rules.facts import (
     frameworks,
     sum_at,
 )
-from memdoc.rules.ledger import pool_bytes
+from memdoc.rules.ledger import pool_bytes, room_was_left
 from memdoc.rules.serving import MORE_OF_THE_DEVICE_FIX, kv_cache_finding, kv_cache_short
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
+    ratio_evidence,
     share_evidence,
     snippet,
 )
@@ -113,6 +114,8 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
         if kv_cache_short(fail):
             return self._vllm_share(trace, fail)
         limit = _limit(trace, fail, device)
+        if limit is None and trace.is_text_only and room_was_left(oom):
+            return self._refused_with_room(trace, fail)
         if limit is None or not total or limit >= CAP_SHARE * total:
             return None
         held = _held(trace, fail, device)
@@ -142,6 +145,31 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
                 "device) was reached."
             )
         return self.finding(trace, signals, summary, evidence, frameworks=frameworks(trace, oom))
+
+    def _refused_with_room(self, trace: Trace, fail: Failure) -> Finding:
+        """The device had plenty free, yet the allocator refused: a cap it was given is the
+        likeliest limit, though the message names none."""
+        oom = fail.oom
+        free, requested = float(oom.free_bytes or 0), float(oom.requested_bytes or 0)
+        evidence: list[Evidence] = [
+            bytes_evidence("requested", requested),
+            bytes_evidence("free on the device", free),
+            ratio_evidence("free / request", free / requested),
+        ]
+        summary = (
+            f"The device had {format_bytes(free)} free, far more than the "
+            f"{format_bytes(requested)} asked for, yet the allocator refused: a limit set on "
+            "this process (a memory fraction, a tool's memory share) is the likeliest reason."
+        )
+        return self.finding(
+            trace,
+            Signals(POSSIBLE),
+            summary,
+            evidence,
+            to_confirm="look for set_per_process_memory_fraction or a memory share in the "
+            "program's settings; on Windows and WSL, the driver's own accounting can refuse too",
+            frameworks=frameworks(trace, oom),
+        )
 
     def _mps_watermark(self, trace: Trace, fail: Failure) -> Finding:
         """Apple's MPS stops at a high-watermark ratio of the machine's memory, a setting."""
