@@ -39,6 +39,7 @@ _ALLOCATOR_NEEDLES = (
     "error=2 : out of memory",
 )
 _CPU_NEEDLE = "defaultcpuallocator"
+
 # The class name without a message counts only as the exception line that names it.
 _EXCEPTION = re.compile(r"^(?:torch\.)?(?:cuda\.)?OutOfMemoryError\b(?!:\s*$)")
 
@@ -72,6 +73,11 @@ _MPS = loose(
     rf" max allowed: ({SIZE}) \)"
 )
 _CPU_REQUEST = loose(rf"you tried to allocate ({INT}) bytes")
+# The message's closing figures, which only PyTorch's allocator prints.
+_TAIL_NEEDLES = (
+    ("reserved in total by pytorch", _RESERVED_OLD),
+    ("is reserved by pytorch but unallocated", _UNALLOCATED),
+)
 _END_MARKERS = (_HINT_END, _UNALLOCATED, _RESERVED_OLD, _CACHED_OLD, _REQUESTED)
 
 
@@ -81,11 +87,14 @@ def find(log: LogText) -> list[Hit]:
     for needle in _ALLOCATOR_NEEDLES:
         for line, column in log.anchors(needle):
             anchors.setdefault(line, column)
+    tail_only = not anchors
+    if tail_only:
+        anchors.update(_message_tail(log))
     hits: list[Hit] = []
     for line in sorted(anchors):
         window = log.window(line, anchors[line], max_chars=3000, stop_at=_ALLOCATOR_NEEDLES)
         first = strip_prefix(message_part(window.parts[0], anchors[line]))
-        if is_source_line(first) or not _is_error_line(first):
+        if is_source_line(first) or not (tail_only or _is_error_line(first)):
             continue
         hits.append(_allocator_hit(log, line, window))
     for line, column in log.anchors(_CPU_NEEDLE):
@@ -93,6 +102,17 @@ def find(log: LogText) -> list[Hit]:
         if not is_source_line(window.parts[0]):
             hits.append(_cpu_hit(log, line, window))
     return hits
+
+
+def _message_tail(log: LogText) -> dict[int, int]:
+    """The allocator message's own closing figures pasted without its first words (a comment
+    quoting "4.77 GiB allowed; 4.74 GiB reserved in total by PyTorch"): only PyTorch's
+    message says these, so they stand for it."""
+    for needle, figure in _TAIL_NEEDLES:
+        for line, _ in log.anchors(needle):
+            if figure.search(log.head(line, 2000)):
+                return {line: 0}
+    return {}
 
 
 def _is_error_line(first: str) -> bool:

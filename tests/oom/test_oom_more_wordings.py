@@ -143,6 +143,19 @@ _LISTING = (
             id="pytorch-no-cudnn-algorithm",
         ),
         pytest.param(
+            "4.77 GiB allowed; 4.74 GiB reserved in total by PyTorch",
+            "allocator",
+            None,
+            id="pytorch-message-tail-alone",
+        ),
+        pytest.param(
+            "Of the allocated memory 3.00 GiB is allocated by PyTorch, and 97.51 MiB is reserved "
+            "by PyTorch but unallocated.",
+            "allocator",
+            None,
+            id="pytorch-2-message-tail-alone",
+        ),
+        pytest.param(
             "DataLoader worker (pid xxx) is killed by signal",
             "dataloader-killed",
             None,
@@ -265,6 +278,10 @@ def test_xlas_peak_buffer_listing_alone_is_read_as_its_oom() -> None:
             id="vllm-sizing-its-cache",
         ),
         pytest.param("The pod was not OOM-killed: it hit its deadline", id="not-oom-killed"),
+        pytest.param(
+            "In the message, 'reserved in total by PyTorch' is the size of the pool.",
+            id="the-tail-words-without-a-figure",
+        ),
         pytest.param(
             "slurmstepd: error: *** JOB 123 CANCELLED DUE TO TIME LIMIT ***\n"
             "the job had not exceeded memory limit",

@@ -699,3 +699,13 @@ def test_a_request_refused_with_the_card_mostly_free_points_to_a_cap(
         assert findings[0].rule == first and confidence_word(findings[0].confidence) == "possible"
         # The step's working set was not what the device refused.
         assert confidence_word(_finding(text, "activations-too-large") or 0.0) == "weak"
+
+
+def test_pytorchs_allowed_figure_alone_says_a_cap_was_set() -> None:
+    # PyTorch prints "X allowed" only when set_per_process_memory_fraction was called.
+    text = "4.77 GiB allowed; 4.74 GiB reserved in total by PyTorch"
+
+    cap = explain_text(text).findings[0]
+
+    assert cap.rule == "memory-fraction-cap" and confidence_word(cap.confidence) == "possible"
+    assert [e.text for e in cap.evidence] == ["configured limit: 4.8 GiB"]

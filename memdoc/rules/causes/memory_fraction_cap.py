@@ -116,6 +116,13 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
         limit = _limit(trace, fail, device)
         if limit is None and trace.is_text_only and room_was_left(oom):
             return self._refused_with_room(trace, fail)
+        if (
+            limit is not None
+            and not total
+            and oom.framework == "pytorch"
+            and oom.kind == "allocator"
+        ):
+            return self._cap_without_device(trace, fail, limit)
         if limit is None or not total or limit >= CAP_SHARE * total:
             return None
         held = _held(trace, fail, device)
@@ -145,6 +152,22 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
                 "device) was reached."
             )
         return self.finding(trace, signals, summary, evidence, frameworks=frameworks(trace, oom))
+
+    def _cap_without_device(self, trace: Trace, fail: Failure, limit: float) -> Finding:
+        """PyTorch prints "X allowed" only when a memory fraction is set: a cap there was,
+        though the text does not say how it compares with the device."""
+        summary = (
+            f"A memory fraction was set on this process: PyTorch allowed it "
+            f"{format_bytes(limit)}, and that, not necessarily the device, is what ran out."
+        )
+        return self.finding(
+            trace,
+            Signals(POSSIBLE),
+            summary,
+            [bytes_evidence("configured limit", limit)],
+            to_confirm="compare the limit with the device's size (nvidia-smi)",
+            frameworks=["pytorch"],
+        )
 
     def _refused_with_room(self, trace: Trace, fail: Failure) -> Finding:
         """The device had plenty free, yet the allocator refused: a cap it was given is the
