@@ -77,6 +77,7 @@ _CPU_REQUEST = loose(rf"you tried to allocate ({INT}) bytes")
 _TAIL_NEEDLES = (
     ("reserved in total by pytorch", _RESERVED_OLD),
     ("is reserved by pytorch but unallocated", _UNALLOCATED),
+    ("has a total capac", _TOTAL_NEW),
 )
 _END_MARKERS = (_HINT_END, _UNALLOCATED, _RESERVED_OLD, _CACHED_OLD, _REQUESTED)
 

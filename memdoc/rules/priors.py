@@ -8,35 +8,38 @@ from memdoc.trace.model import OomInfo
 # (tests/fixtures/corpus/incidents.jsonl, `"split": "dev"`) whose thread settled on each
 # cause. tests/rules/test_priors.py recounts them, so the table follows the corpus.
 INCIDENTS_BY_CAUSE: dict[str, int] = {
-    "activations-too-large": 83,
-    "host-oom": 53,
+    "activations-too-large": 87,
+    "host-oom": 54,
     "model-too-large": 25,
-    "framework-preallocation": 19,
+    "framework-preallocation": 20,
+    "single-allocation-too-large": 17,
     "other-process": 15,
     "leak-across-steps": 14,
-    "single-allocation-too-large": 14,
     "eval-without-no-grad": 9,
     "wrong-device": 7,
-    "fragmentation": 5,
-    "memory-fraction-cap": 4,
+    "fragmentation": 6,
+    "memory-fraction-cap": 6,
     "checkpoint-load-spike": 3,
     "cuda-context-overhead": 3,
+    "cuda-graph-pools": 3,
+    "multi-framework": 3,
     "no-mixed-precision": 3,
     "optimizer-state": 3,
     "xla-temp-buffers": 3,
-    "cuda-graph-pools": 2,
-    "multi-framework": 2,
     "cudnn-workspace": 1,
     "nccl-buffers": 1,
     "retain-graph": 1,
     "variable-shapes": 1,
 }
 INCIDENTS = sum(INCIDENTS_BY_CAUSE.values())
+# Causes a guess never names: the host's (for a device error), and a request too large for
+# the device, which its own rule reads from the request whenever the error gives one.
+NEVER_GUESSED = frozenset({"host-oom", "single-allocation-too-large"})
 # Causes of a device (not host) memory error, most common first.
 GPU_CAUSES = tuple(
     slug
     for slug, _ in sorted(INCIDENTS_BY_CAUSE.items(), key=lambda item: -item[1])
-    if slug != "host-oom"
+    if slug not in NEVER_GUESSED
 )
 # How many of the most common causes a bare error is read as.
 BARE_CAUSES = 3

@@ -156,6 +156,13 @@ _LISTING = (
             id="pytorch-2-message-tail-alone",
         ),
         pytest.param(
+            "    Tried to allocate 136.00 MiB. GPU 0 has a total capacity of 22.36 GiB of\n"
+            "    which 120.88 MiB is free. ...",
+            "allocator",
+            None,
+            id="pytorch-2-message-without-its-first-words",
+        ),
+        pytest.param(
             "DataLoader worker (pid xxx) is killed by signal",
             "dataloader-killed",
             None,
@@ -281,6 +288,10 @@ def test_xlas_peak_buffer_listing_alone_is_read_as_its_oom() -> None:
         pytest.param(
             "In the message, 'reserved in total by PyTorch' is the size of the pool.",
             id="the-tail-words-without-a-figure",
+        ),
+        pytest.param(
+            "Each GPU has a total capacity of memory that the scheduler shares.",
+            id="capacity-in-prose",
         ),
         pytest.param(
             "slurmstepd: error: *** JOB 123 CANCELLED DUE TO TIME LIMIT ***\n"

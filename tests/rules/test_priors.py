@@ -57,6 +57,8 @@ def test_equal_confidence_goes_to_the_commoner_cause() -> None:
 
 def test_a_bare_error_is_read_through_the_causes_its_framework_can_have() -> None:
     assert "framework-preallocation" not in common_causes("pytorch")
+    # A request too large is read from the request, never guessed.
+    assert "single-allocation-too-large" not in common_causes("unknown", None)
     assert "eval-without-no-grad" not in common_causes("tensorflow")
     assert common_causes("pytorch")[0] == "activations-too-large"
 
