@@ -235,6 +235,8 @@ def _host_alloc(log: LogText) -> list[Hit]:
         text = strip_prefix(log.lines[line][max(0, column - 100) : column + 600])
         if _MEMORY_ERROR.match(text) is None and _NUMPY_MEMORY_ERROR.search(text) is None:
             continue
+        if "device memory" in text.lower():
+            continue  # Theano's MemoryError for the GPU: a device error, read as one elsewhere
         numpy = _NUMPY.search(text)
         fields: dict[str, Any] = {"device_type": "cpu"}
         if numpy is not None:

@@ -26,6 +26,8 @@ from memdoc.oom.logtext import (
 )
 from memdoc.trace.model import OomInfo, ProcessUsage
 
+# ComfyUI's log line for a torch.OutOfMemoryError whose message is "Allocation on device".
+_COMFYUI = "exception during processing !!! allocation on device"
 # Lowercase needles that start a PyTorch allocator message.
 _ALLOCATOR_NEEDLES = (
     "cuda out of memory",
@@ -37,11 +39,13 @@ _ALLOCATOR_NEEDLES = (
     "cuda runtime error (2)",
     "cuda runtime err(2)",
     "error=2 : out of memory",
+    _COMFYUI,
 )
 _CPU_NEEDLE = "defaultcpuallocator"
 
 # The class name without a message counts only as the exception line that names it.
-_EXCEPTION = re.compile(r"^(?:torch\.)?(?:cuda\.)?OutOfMemoryError\b(?!:\s*$)")
+# (followed by its message, or alone on its line; not named in a sentence).
+_EXCEPTION = re.compile(r"^(?:torch\.)?(?:cuda\.)?OutOfMemoryError(?::\s*\S|\s*$)")
 
 _REQUESTED = loose(rf"(?:tried|trying) to allocate (more than )?({SIZE})")
 # 1.0-2.0: "(GPU 0; 11.17 GiB total capacity; 10.90 GiB already allocated; ...)".
@@ -118,7 +122,8 @@ def _message_tail(log: LogText) -> dict[int, int]:
 
 def _is_error_line(first: str) -> bool:
     """A message line, or the exception line naming the class (not `except X:` in source)."""
-    return "out of memory" in first.lower() or _EXCEPTION.match(first) is not None
+    lowered = first.lower()
+    return "out of memory" in lowered or _COMFYUI in lowered or _EXCEPTION.match(first) is not None
 
 
 def _size(pattern: re.Pattern[str], text: str, group: int = 1) -> int | None:

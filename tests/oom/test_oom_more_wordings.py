@@ -163,6 +163,12 @@ _LISTING = (
             id="pytorch-2-message-without-its-first-words",
         ),
         pytest.param(
+            "!!! Exception during processing !!! Allocation on device",
+            "allocator",
+            None,
+            id="comfyui",
+        ),
+        pytest.param(
             "DataLoader worker (pid xxx) is killed by signal",
             "dataloader-killed",
             None,
@@ -234,6 +240,15 @@ def test_platform_and_loader_notices_name_their_cause(text: str, first: str, wor
     assert (finding.rule, confidence_word(finding.confidence)) == (first, word)
 
 
+def test_theanos_memory_error_for_device_memory_is_a_device_error() -> None:
+    oom = parse_text(
+        "MemoryError: Error allocating 1073741824 bytes of device memory (out of memory).\n"
+        "Apply node that caused the error: GpuElemwise"
+    )
+
+    assert oom is not None and oom.device_type == "gpu" and oom.kind != "host-alloc"
+
+
 def test_slurm_gives_the_jobs_limit() -> None:
     oom = parse_text(
         "slurmstepd: error: Job 123 exceeded memory limit (16777216 > 16384000), being killed"
@@ -292,6 +307,10 @@ def test_xlas_peak_buffer_listing_alone_is_read_as_its_oom() -> None:
         pytest.param(
             "Each GPU has a total capacity of memory that the scheduler shares.",
             id="capacity-in-prose",
+        ),
+        pytest.param(
+            "torch.OutOfMemoryError is raised when the allocator gives up",
+            id="the-class-named-in-a-sentence",
         ),
         pytest.param(
             "slurmstepd: error: *** JOB 123 CANCELLED DUE TO TIME LIMIT ***\n"
