@@ -709,3 +709,24 @@ def test_pytorchs_allowed_figure_alone_says_a_cap_was_set() -> None:
 
     assert cap.rule == "memory-fraction-cap" and confidence_word(cap.confidence) == "possible"
     assert [e.text for e in cap.evidence] == ["configured limit: 4.8 GiB"]
+
+
+@pytest.mark.parametrize(
+    ("text", "word"),
+    [
+        pytest.param("Bus error (core dumped)", "possible", id="a-bare-bus-error"),
+        pytest.param(
+            "RuntimeError: DataLoader worker (pid 572) is killed by signal: Bus error. It is "
+            "possible that dataloader's workers are out of shared memory.",
+            "strong",
+            id="a-worker-out-of-shared-memory",
+        ),
+    ],
+)
+def test_a_bus_error_is_shared_memory_for_sure_only_where_workers_or_shm_are_named(
+    text: str, word: str
+) -> None:
+    # A full disk or a refused mapping also ends in a bare bus error.
+    confidence = _finding(text, "host-oom")
+
+    assert confidence is not None and confidence_word(confidence) == word

@@ -42,6 +42,8 @@ _PLATFORM_OOM = (
     r"|using all available RAM|allocate more memory than is available"
 )
 _SHM = r"Bus error|shared memory|/dev/shm"
+# What ties a bus error to shared memory: the words, or the workers that share it.
+_SHM_CONTEXT = r"shared memory|/dev/shm|\bshm\b|DataLoader|worker|torch_\d"
 _DATALOADER_TEXT = r"DataLoader worker"
 _DATALOADER_FILES = r"torch[/\\]utils[/\\]data[/\\]"
 _LOADING_WORDS = ("from pretrained", "load")
@@ -262,6 +264,13 @@ shared memory show that the host itself was the limit.
                 summary = (
                     "The process was killed without a Python error, the mark of the OOM killer."
                 )
+        elif signs.shm and not fail.says(_SHM_CONTEXT) and not signs.workers:
+            signals = Signals(POSSIBLE)
+            summary = (
+                "A bus error with nothing around it: shared memory (/dev/shm) running out is "
+                "the usual cause in a training job, but a full disk, a damaged file or a "
+                "mapping the hardware refused end the same way."
+            )
         elif signs.shm:
             signals = Signals(STRONG)
             summary = "A DataLoader worker ran out of shared memory (/dev/shm)."
