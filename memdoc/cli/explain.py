@@ -104,7 +104,9 @@ def render(result: Explanation, console: Console) -> None:
 def headline(oom: OomInfo) -> str:
     """ "PyTorch: out of memory on GPU 0 (line 12)" and the like."""
     who = framework_name(oom.framework) if oom.framework not in ("unknown", "host") else ""
-    if oom.kind == "disguised":
+    if oom.kind == "disguised" and oom.library == "vllm":
+        what = "vLLM's KV cache does not fit"
+    elif oom.kind == "disguised":
         what = f"{library_name(oom)} failed: an out-of-memory error in disguise"
     else:
         what = _KINDS.get(oom.kind, "out of memory")

@@ -231,7 +231,7 @@ LIBRARY_NAMES = {
     "cublas": "cuBLAS",
     "nccl": "NCCL",
     "trt": "TensorRT",
-    "vllm": "vLLM's KV cache",
+    "vllm": "vLLM",
 }
 # Libraries whose handle or workspace lives outside the framework's pool.
 OUTSIDE_POOL_LIBRARIES = ("cudnn", "cublas", "nccl")

@@ -20,12 +20,26 @@ from memdoc.trace.reader import Trace
 _MAX_LEN = re.compile(r"max seq len \((\d{1,9})\)", re.IGNORECASE)
 _TOKENS_THAT_FIT = re.compile(r"stored in KV cache \((\d{1,12})\)", re.IGNORECASE)
 
-SHORTER_CONTEXT_FIX = Fix(
-    "pytorch",
-    "Give vLLM a shorter context (and fewer sequences at once)",
-    "vllm serve MODEL --max-model-len 4096 --max-num-seqs 64",
-    language="bash",
-)
+# A context length a KV cache of N tokens holds, rounded down to this many tokens.
+CONTEXT_STEP = 256
+# What to suggest when vLLM did not say how many tokens its cache holds.
+SHORTER_CONTEXT = 8192
+
+
+def shorter_context_fix(fail: Failure) -> Fix:
+    """A shorter context: one that fits the tokens the cache could hold, where vLLM said."""
+    fits = _TOKENS_THAT_FIT.search(fail.oom.message)
+    length = SHORTER_CONTEXT
+    if fits is not None:
+        length = max(CONTEXT_STEP, int(fits.group(1)) // CONTEXT_STEP * CONTEXT_STEP)
+    return Fix(
+        "pytorch",
+        "Give vLLM a shorter context (and fewer sequences at once)",
+        f"vllm serve MODEL --max-model-len {length} --max-num-seqs 64",
+        language="bash",
+    )
+
+
 MORE_OF_THE_DEVICE_FIX = Fix(
     "pytorch",
     "Let vLLM use more of the device (nothing else may be on it)",

@@ -9,8 +9,9 @@ from memdoc.units import format_bytes
 
 _FRAMEWORKS = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "jax": "XLA"}
 _HOST = {
-    "host-kill": "The process was killed by the kernel (SIGKILL), which is what the "
-    "out-of-memory killer does when the machine or container runs out of RAM.",
+    "host-kill": "The process was killed (SIGKILL), which is what the kernel's "
+    "out-of-memory killer, or a scheduler enforcing a memory limit, does when the machine, "
+    "container or job runs out of RAM.",
     "dataloader-killed": "A DataLoader worker process was killed; when the signal is "
     "SIGKILL, the out-of-memory killer is the usual sender.",
     "shm": "A worker ran out of shared memory (/dev/shm), which holds the batches workers "
@@ -30,7 +31,15 @@ def explain_in_words(oom: OomInfo) -> str:
         text = _HOST[oom.kind]
         if oom.requested_bytes:
             text = text[:-1] + f"; the request was {size(oom.requested_bytes)}."
+        if oom.limit_bytes:
+            text = text[:-1] + f"; the limit was {size(oom.limit_bytes)}."
         return text
+    if oom.kind == "disguised" and oom.library == "vllm":
+        return (
+            "vLLM refused to start: of the share of the device it may use, what the weights "
+            "and a profiled forward pass left cannot hold the KV cache of one sequence of "
+            "max_model_len tokens."
+        )
     if oom.kind == "disguised" and oom.library in LIBRARY_NAMES:
         return (
             f"This is an out-of-memory error in disguise: {LIBRARY_NAMES[oom.library]} could not "

@@ -29,6 +29,7 @@ GOLDEN_INPUTS = {
     / "hit-convolution-algorithm.txt",
     "jax-buffer-assignment": RULE_FIXTURES / "xla-temp-buffers" / "hit-buffer-assignment.txt",
     "dataloader-killed": RULE_FIXTURES / "host-oom" / "hit-dataloader-killed.txt",
+    "vllm-kv-cache": RULE_FIXTURES / "memory-fraction-cap" / "hit-vllm-kv-cache.txt",
 }
 
 

@@ -261,6 +261,9 @@ def test_vllm_reports_the_context_asked_for_and_what_the_cache_holds() -> None:
     evidence = [e.text for e in explain_text(_KV_CACHE_SHORT).findings[0].evidence]
 
     assert evidence == ["max_model_len asked for: 4096", "tokens the KV cache could hold: 3664"]
+    # The shorter context offered is one the cache holds.
+    (fix,) = explain_text(_KV_CACHE_SHORT).findings[0].fixes
+    assert "--max-model-len 3584" in fix.code
 
 
 def test_xlas_rematerialization_warning_alone_is_read_as_a_plan_that_does_not_fit() -> None:

@@ -93,8 +93,18 @@ def test_plain_words_say_what_the_numbers_mean() -> None:
     [
         pytest.param(
             OomInfo(framework="host", kind="host-kill"),
-            "The process was killed by the kernel (SIGKILL)",
+            "The process was killed (SIGKILL), which is what the kernel's out-of-memory killer",
             id="host-kill",
+        ),
+        pytest.param(
+            OomInfo(framework="host", kind="host-kill", limit_bytes=16384000 * 1024),
+            "; the limit was 15.6 GiB.",
+            id="host-kill-under-a-scheduler-limit",
+        ),
+        pytest.param(
+            OomInfo(framework="pytorch", kind="disguised", library="vllm"),
+            "vLLM refused to start",
+            id="vllm-kv-cache",
         ),
         pytest.param(
             OomInfo(framework="tensorflow", kind="disguised", library="cudnn"),

@@ -730,3 +730,30 @@ def test_a_bus_error_is_shared_memory_for_sure_only_where_workers_or_shm_are_nam
     confidence = _finding(text, "host-oom")
 
     assert confidence is not None and confidence_word(confidence) == word
+
+
+@pytest.mark.parametrize(
+    ("text", "wanted", "unwanted"),
+    [
+        pytest.param(
+            "slurmstepd: error: Job 123 exceeded memory limit (16777216 > 16384000), being killed",
+            "#SBATCH --mem=",
+            "dmesg",
+            id="slurm",
+        ),
+        pytest.param(
+            "Last State: Terminated\n  Reason: OOMKilled\n  Exit Code: 137",
+            "kubectl set resources",
+            "dmesg",
+            id="kubernetes",
+        ),
+        pytest.param("Killed", "dmesg", "#SBATCH", id="a-bare-kill"),
+    ],
+)
+def test_a_kill_by_a_scheduler_offers_the_schedulers_own_setting(
+    text: str, wanted: str, unwanted: str
+) -> None:
+    (host,) = [f for f in explain_text(text).findings if f.rule == "host-oom"]
+    codes = "\n".join(fix.code for fix in host.fixes)
+
+    assert wanted in codes and unwanted not in codes

@@ -22,10 +22,10 @@ from memdoc.rules.facts import (
 from memdoc.rules.host import curve_capacity, host_limits, on_host, resident_at_failure
 from memdoc.rules.ledger import cached_unused_bytes, held_bytes, room_was_left, sizeable_cache
 from memdoc.rules.serving import (
-    SHORTER_CONTEXT_FIX,
     kv_cache_empty,
     kv_cache_finding,
     kv_cache_short,
+    shorter_context_fix,
 )
 from memdoc.rules.spec import (
     RuleSpec,
@@ -180,7 +180,7 @@ job fails in the first steps, or on the first unusually long or large input.
             summary,
             to_confirm="vLLM logs the KV cache it could allocate at start ('GPU KV cache size: "
             "N tokens'): the context asked for must fit in it",
-            fix=SHORTER_CONTEXT_FIX,
+            fix=shorter_context_fix(fail),
         )
 
     def _inside_a_step(self, trace: Trace, fail: Failure) -> Finding | None:

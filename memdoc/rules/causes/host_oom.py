@@ -75,6 +75,20 @@ SHM_FIX = Fix("any", "Give containers more shared memory", "docker run --shm-siz
 KILL_FIX = Fix(
     "any", "See what the kernel killed", 'dmesg | grep -i -E "killed process|out of memory"', "bash"
 )
+SLURM_FIX = Fix(
+    "any",
+    "Ask SLURM for more memory, after seeing what the job used",
+    "sacct -j $SLURM_JOB_ID -o JobID,MaxRSS,ReqMem,State   # what it used and asked for\n"
+    "#SBATCH --mem=64G                                      # in the job script",
+    "bash",
+)
+KUBERNETES_FIX = Fix(
+    "any",
+    "Raise the container's memory limit (or request what it really uses)",
+    "kubectl describe pod POD | grep -A3 'Last State'       # OOMKilled, and when\n"
+    "kubectl set resources deployment/NAME --limits=memory=32Gi",
+    "bash",
+)
 TF_CACHE_FIX = Fix(
     "tensorflow",
     "Stream the dataset instead of caching it in RAM",
@@ -137,6 +151,7 @@ class _Signs:
     workers: bool = False
     shm: bool = False
     loading: bool = False
+    scheduler: str | None = None  # "slurm" or "kubernetes", when the text names one
 
     def fixes(
         self, involved: list[str], cgroup_version: int | None, trace_path: Path | None = None
@@ -155,7 +170,9 @@ class _Signs:
                 (WORKERS_FIX, self.workers or self.shm),
                 (SHM_FIX, self.shm),
                 (LOADING_FIX, self.loading),
-                (KILL_FIX, self.killed),
+                (SLURM_FIX, self.scheduler == "slurm"),
+                (KUBERNETES_FIX, self.scheduler == "kubernetes"),
+                (KILL_FIX, self.killed and self.scheduler is None),
                 (TF_CACHE_FIX, "tensorflow" in involved),
                 (limit_fix, True),
             )
@@ -332,7 +349,17 @@ def _signs_of(fail: Failure) -> _Signs:
         workers=workers,
         shm=shm,
         loading=oom.phase == "load" or fail.in_frames(function_words=_LOADING_WORDS),
+        scheduler=_scheduler(fail),
     )
+
+
+def _scheduler(fail: Failure) -> str | None:
+    """The scheduler whose limit killed the job, when the text names it."""
+    if fail.says(r"slurmstepd|\bslurm\b|\bsbatch\b|\bsrun\b"):
+        return "slurm"
+    if fail.says(r"OOMKilled|kubelet|kubectl|container init was OOM-killed"):
+        return "kubernetes"
+    return None
 
 
 def _failed_allocation(
