@@ -757,3 +757,16 @@ def test_a_kill_by_a_scheduler_offers_the_schedulers_own_setting(
     codes = "\n".join(fix.code for fix in host.fixes)
 
     assert wanted in codes and unwanted not in codes
+
+
+def test_a_cap_reached_within_the_messages_rounding_is_reached() -> None:
+    # 6.59 GiB reserved + 20 MiB requested is 6.61 GiB, the cap, as the message rounds them.
+    text = (
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; "
+        "7.79 GiB total capacity; 6.49 GiB already allocated; 13.38 MiB free; 6.61 GiB allowed; "
+        "6.59 GiB reserved in total by PyTorch)"
+    )
+
+    confidence = _finding(text, "memory-fraction-cap")
+
+    assert confidence is not None and confidence_word(confidence) == "possible"

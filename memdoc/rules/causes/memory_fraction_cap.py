@@ -28,6 +28,8 @@ from memdoc.units import format_bytes
 
 # A limit this far below the device size was set by someone.
 CAP_SHARE = 0.97
+# Held plus requested this close to the limit reached it: the message rounds both.
+ROUNDED = 0.995
 
 
 class MemoryFractionCap(RuleSpec):
@@ -127,7 +129,8 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
             return None
         held = _held(trace, fail, device)
         requested = oom.requested_bytes
-        if held is not None and requested is not None and held + requested <= limit:
+        # The message rounds its figures (to 0.01 of a unit): within that, the cap was reached.
+        if held is not None and requested is not None and held + requested < limit * ROUNDED:
             return None  # the cap was not what stopped this request
         free = oom.free_bytes if oom.free_bytes is not None else _free(trace, fail, device)
         room = free is not None and requested is not None and free >= requested
