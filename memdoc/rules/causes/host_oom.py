@@ -207,7 +207,16 @@ shared memory show that the host itself was the limit.
   count, and each process's address-space cap).
 - Fewer DataLoader workers make the failure go away.
 """
-    fixes = (WORKERS_FIX, LOADING_FIX, SHM_FIX, KILL_FIX, TF_CACHE_FIX, LIMIT_FIX)
+    fixes = (
+        WORKERS_FIX,
+        LOADING_FIX,
+        SHM_FIX,
+        KILL_FIX,
+        SLURM_FIX,
+        KUBERNETES_FIX,
+        TF_CACHE_FIX,
+        LIMIT_FIX,
+    )
     references = (
         (
             "PyTorch: multi-process data loading",
