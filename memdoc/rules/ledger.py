@@ -10,6 +10,9 @@ SIGNIFICANT_SHARE = 0.02
 # The share of a device an unused cache must reach before an error text alone makes it a
 # plausible reason: smaller caches sit beside jobs that are simply too big.
 SIZEABLE_CACHE_SHARE = 0.1
+# How much free memory beside a failed request means the device itself had room.
+ROOM_LEFT_FACTOR = 4
+ROOM_LEFT_SHARE = 0.1
 
 
 def pool_bytes(oom: OomInfo) -> int | None:
@@ -52,8 +55,3 @@ def room_was_left(oom: OomInfo) -> bool:
     if free is None or not requested or not total:
         return False
     return free >= ROOM_LEFT_FACTOR * requested and free >= ROOM_LEFT_SHARE * total
-
-
-# How much free memory beside a failed request means the device itself had room.
-ROOM_LEFT_FACTOR = 4
-ROOM_LEFT_SHARE = 0.1

@@ -46,6 +46,8 @@ SIZEABLE_SHARE = 0.25
 # The most memory one accelerator has today (288 GB of HBM3e): a request above it fits no
 # device, whatever device the error text forgot to name.
 LARGEST_DEVICE_BYTES = 288 * 10**9
+# The job held at most this share of the request: the request alone is the problem.
+ALONE_SHARE = 0.1
 
 
 class SingleAllocationTooLarge(RuleSpec):
@@ -344,10 +346,6 @@ volume processed at once, or a convolution asking for a huge workspace.
             ),
             frameworks=involved,
         )
-
-
-# The job held at most this share of the request: the request alone is the problem.
-ALONE_SHARE = 0.1
 
 
 def _kept_bytes(trace: Trace, oom: OomInfo, device: int | None, t: float) -> float | None:
