@@ -15,6 +15,8 @@ _FRAME = re.compile(
 # How far before the error to look for its traceback and for progress ("epoch 12").
 LOOKBACK_LINES = 300
 CONTEXT_MAX_CHARS = 20_000
+# How many lines after the error may still be its own (hints that follow the message).
+AFTER_LINES = 3
 
 
 def text_trace(text: str, oom: OomInfo) -> Trace:
@@ -23,7 +25,8 @@ def text_trace(text: str, oom: OomInfo) -> Trace:
     end = _error_line(lines, oom)
     start = max(0, end - LOOKBACK_LINES)
     stack, source = _traceback(lines[start : end + 1])
-    context = "\n".join(lines[start : end + 1])[-CONTEXT_MAX_CHARS:]
+    after = _continuation(lines, end)
+    context = "\n".join(lines[start : after + 1])[-CONTEXT_MAX_CHARS:]
     trace = Trace(Header(version=SCHEMA_VERSION, created_unix=0.0, memdoc_version="", mode="text"))
     trace.add_event(Event(t=0.0, kind=EventKind.OOM, data={"oom": oom.to_dict(), "stack": stack}))
     trace.add_event(
@@ -34,6 +37,19 @@ def text_trace(text: str, oom: OomInfo) -> Trace:
         )
     )
     return trace
+
+
+def _continuation(lines: list[str], end: int) -> int:
+    """The last line that still belongs to the error: up to a few lines after it that carry
+    on its text (a library's hint such as "try setting VLLM_..."), until a blank line or a
+    new traceback."""
+    last = end
+    for index in range(end + 1, min(len(lines), end + 1 + AFTER_LINES)):
+        line = strip_prefix(lines[index]).strip()
+        if not line or line.startswith(_TRACEBACK_START):
+            break
+        last = index
+    return last
 
 
 def _error_line(lines: list[str], oom: OomInfo) -> int:

@@ -30,7 +30,7 @@ FRAMEWORKS = {"pytorch", "tensorflow", "jax", "nccl", "host", "other"}
 # Measured on each half with the rules of the day: the rates may only go up, the count of
 # non-memory errors taken for memory errors may only go down.
 TOP1_FLOOR = {"dev": 0.614, "held": 0.506}
-TOP3_FLOOR = {"dev": 0.908, "held": 0.773}
+TOP3_FLOOR = {"dev": 0.912, "held": 0.773}
 RECOGNISED_FLOOR = {"dev": 0.996, "held": 0.92}
 FALSE_POSITIVES_CEILING = {"dev": 11, "held": 7}
 # Whether a surer confidence word is right at least as often as a less sure one, on each half,

@@ -770,3 +770,21 @@ def test_a_cap_reached_within_the_messages_rounding_is_reached() -> None:
     confidence = _finding(text, "memory-fraction-cap")
 
     assert confidence is not None and confidence_word(confidence) == "possible"
+
+
+@pytest.mark.parametrize(
+    ("gap", "fires"),
+    [
+        pytest.param("", True, id="the-hint-right-after-the-message"),
+        pytest.param("\n", False, id="a-line-after-a-blank-line-is-another-matter"),
+    ],
+)
+def test_a_hint_on_the_lines_right_after_the_error_is_read_with_it(gap: str, fires: bool) -> None:
+    # vLLM adds its own hint after PyTorch's message when CUDA graph capture ran out.
+    text = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 136.00 MiB. GPU 0 has a "
+        "total capacity of 22.36 GiB of which 120.88 MiB is free.\n"
+        f"{gap}If this problem persists, try setting VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0\n"
+    )
+
+    assert (_finding(text, "cuda-graph-pools") is not None) == fires
