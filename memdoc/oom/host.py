@@ -51,6 +51,8 @@ _EXIT_KILL = (
     # runc's "container init was OOM-killed", a scheduler's "OOM killed"; not "was not ..."
     re.compile(r"(?<!not )(?<!n't )(?<!never )\bOOM[- ]killed\b", re.I),
     re.compile(r"\bkilled by signal 9\b|\bsignal: killed\b", re.I),
+    # A compiler killed while building an extension (gcc's cc1plus, nvcc's cicc).
+    re.compile(r"Killed signal terminated program \w{1,40}|died due to signal 9\b"),
 )
 _EXIT_NEEDLES = (
     "exit code",
@@ -64,6 +66,8 @@ _EXIT_NEEDLES = (
     "oom-killed",
     "oom killed",
     "signal: killed",
+    "killed signal terminated program",
+    "died due to signal 9",
 )
 _PID = re.compile(r"\(pid:? (\d{1,10})\)|by PID (\d{1,10})|process (\d{1,10})", re.I)
 _TORCHRUN_RANK = re.compile(r"^rank\s{0,8}:\s{0,4}(\d{1,6})")

@@ -163,6 +163,18 @@ _LISTING = (
             id="pytorch-2-message-without-its-first-words",
         ),
         pytest.param(
+            "c++: fatal error: Killed signal terminated program cc1plus\ncompilation terminated.",
+            "host-kill",
+            None,
+            id="gcc-killed-building-an-extension",
+        ),
+        pytest.param(
+            "nvcc error   : 'cicc' died due to signal 9 (Kill signal)",
+            "host-kill",
+            None,
+            id="nvcc-killed-building-an-extension",
+        ),
+        pytest.param(
             "!!! Exception during processing !!! Allocation on device",
             "allocator",
             None,
@@ -310,6 +322,10 @@ def test_xlas_peak_buffer_listing_alone_is_read_as_its_oom() -> None:
         pytest.param(
             "Each GPU has a total capacity of memory that the scheduler shares.",
             id="capacity-in-prose",
+        ),
+        pytest.param(
+            "nvcc error   : 'cicc' died due to signal 11 (Invalid memory reference)",
+            id="a-compiler-that-crashed",
         ),
         pytest.param(
             "torch.OutOfMemoryError is raised when the allocator gives up",

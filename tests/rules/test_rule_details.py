@@ -748,6 +748,12 @@ def test_a_bus_error_is_shared_memory_for_sure_only_where_workers_or_shm_are_nam
             id="kubernetes",
         ),
         pytest.param("Killed", "dmesg", "#SBATCH", id="a-bare-kill"),
+        pytest.param(
+            "c++: fatal error: Killed signal terminated program cc1plus",
+            "MAX_JOBS=",
+            "#SBATCH",
+            id="a-compiler-killed-while-building",
+        ),
     ],
 )
 def test_a_kill_by_a_scheduler_offers_the_schedulers_own_setting(

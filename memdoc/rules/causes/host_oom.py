@@ -82,6 +82,12 @@ SLURM_FIX = Fix(
     "#SBATCH --mem=64G                                      # in the job script",
     "bash",
 )
+BUILD_FIX = Fix(
+    "any",
+    "Build with fewer compilers at once (each can take several GB)",
+    "MAX_JOBS=2 pip install flash-attn --no-build-isolation   # ninja's parallel jobs",
+    "bash",
+)
 KUBERNETES_FIX = Fix(
     "any",
     "Raise the container's memory limit (or request what it really uses)",
@@ -152,6 +158,7 @@ class _Signs:
     shm: bool = False
     loading: bool = False
     scheduler: str | None = None  # "slurm" or "kubernetes", when the text names one
+    building: bool = False  # a compiler was killed while building an extension
 
     def fixes(
         self, involved: list[str], cgroup_version: int | None, trace_path: Path | None = None
@@ -170,6 +177,7 @@ class _Signs:
                 (WORKERS_FIX, self.workers or self.shm),
                 (SHM_FIX, self.shm),
                 (LOADING_FIX, self.loading),
+                (BUILD_FIX, self.building),
                 (SLURM_FIX, self.scheduler == "slurm"),
                 (KUBERNETES_FIX, self.scheduler == "kubernetes"),
                 (KILL_FIX, self.killed and self.scheduler is None),
@@ -214,6 +222,7 @@ shared memory show that the host itself was the limit.
         KILL_FIX,
         SLURM_FIX,
         KUBERNETES_FIX,
+        BUILD_FIX,
         TF_CACHE_FIX,
         LIMIT_FIX,
     )
@@ -343,6 +352,8 @@ shared memory show that the host itself was the limit.
 
 
 _BAD_ALLOC = r"std::bad_alloc"
+# A compiler the kernel killed: an extension built with too many parallel jobs.
+_COMPILER = r"cc1plus|\bcicc\b|\bnvcc\b|\bninja\b"
 
 
 def _signs_of(fail: Failure) -> _Signs:
@@ -359,6 +370,7 @@ def _signs_of(fail: Failure) -> _Signs:
         shm=shm,
         loading=oom.phase == "load" or fail.in_frames(function_words=_LOADING_WORDS),
         scheduler=_scheduler(fail),
+        building=oom.kind == "host-kill" and fail.says(_COMPILER),
     )
 
 
