@@ -275,8 +275,8 @@ def _host_alloc(log: LogText) -> list[Hit]:
 
 
 # What platforms say when a job ran out of host memory, as (needle, kind): hosted notebooks
-# (Colab, Kaggle), schedulers (SLURM), SageMaker, Windows' commit limit, Python itself, and
-# Ollama refusing a model larger than the free RAM.
+# (Colab, Kaggle), schedulers and clusters (SLURM, Kubernetes, Ray, Dask), SageMaker,
+# Windows' commit limit, Python itself, and Ollama refusing a model larger than the free RAM.
 _PLATFORM_NOTICES = (
     ("session crashed after using all available ram", "host-kill"),
     ("tried to allocate more memory than is available", "host-kill"),
@@ -284,6 +284,9 @@ _PLATFORM_NOTICES = (
     ("exceeded memory limit", "host-kill"),
     ("oom-kill event", "host-kill"),
     ("use an instance type with more memory", "host-kill"),
+    ("the node was low on resource: memory", "host-kill"),  # a Kubernetes eviction
+    ("killed due to the node running low on memory", "host-kill"),  # Ray's memory monitor
+    ("memory budget. restarting", "host-kill"),  # a Dask worker's nanny
     ("the paging file is too small", "host-alloc"),
     ("cannot recover from memoryerrors", "host-alloc"),
     ("requires more system memory", "host-alloc"),

@@ -98,6 +98,26 @@ _LISTING = (
             id="slurm-oom-kill-event",
         ),
         pytest.param(
+            "The node was low on resource: memory. Container trainer was using 30Gi, which "
+            "exceeds its request of 16Gi.",
+            "host-kill",
+            None,
+            id="kubernetes-eviction",
+        ),
+        pytest.param(
+            "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on "
+            "memory.",
+            "host-kill",
+            None,
+            id="ray-memory-monitor",
+        ),
+        pytest.param(
+            "distributed.nanny - WARNING - Worker exceeded 95% memory budget. Restarting",
+            "host-kill",
+            None,
+            id="dask-nanny",
+        ),
+        pytest.param(
             "ClientError: Please use an instance type with more memory, or reduce the size of "
             "job data processed on an instance.",
             "host-kill",
@@ -322,6 +342,11 @@ def test_xlas_peak_buffer_listing_alone_is_read_as_its_oom() -> None:
         pytest.param(
             "Each GPU has a total capacity of memory that the scheduler shares.",
             id="capacity-in-prose",
+        ),
+        pytest.param(
+            "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: "
+            "98304, Hardware limit: 65536. Reducing block sizes or `num_stages` may help.",
+            id="a-kernels-shared-memory-limit",
         ),
         pytest.param(
             "nvcc error   : 'cicc' died due to signal 11 (Invalid memory reference)",

@@ -40,6 +40,7 @@ _KERNEL_OOM = (
 _PLATFORM_OOM = (
     r"exceeded (?:job )?memory limit|OOM[- ]killed|instance type with more memory"
     r"|using all available RAM|allocate more memory than is available"
+    r"|low on resource: memory|running low on memory|memory budget\. Restarting"
 )
 _SHM = r"Bus error|shared memory|/dev/shm"
 # What ties a bus error to shared memory: the words, or the workers that share it.
@@ -378,7 +379,7 @@ def _scheduler(fail: Failure) -> str | None:
     """The scheduler whose limit killed the job, when the text names it."""
     if fail.says(r"slurmstepd|\bslurm\b|\bsbatch\b|\bsrun\b"):
         return "slurm"
-    if fail.says(r"OOMKilled|kubelet|kubectl|container init was OOM-killed"):
+    if fail.says(r"OOMKilled|kubelet|kubectl|container init was OOM-killed|low on resource"):
         return "kubernetes"
     return None
 
