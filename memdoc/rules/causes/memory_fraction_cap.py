@@ -195,6 +195,7 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
             to_confirm="look for set_per_process_memory_fraction or a memory share in the "
             "program's settings; on Windows and WSL, the driver's own accounting can refuse too",
             frameworks=frameworks(trace, oom),
+            fixes=(*self.fixes, DRIVER_SPLIT_FIX),
         )
 
     def _mps_watermark(self, trace: Trace, fail: Failure) -> Finding:
@@ -238,6 +239,15 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
         )
 
 
+# Where no cap was set, the free memory was split in a way the allocator could not map
+# (Windows and WSL drivers): segments that grow are mapped in smaller pieces.
+DRIVER_SPLIT_FIX = Fix(
+    "pytorch",
+    "With no cap set: let PyTorch map memory in smaller pieces (PyTorch 2.1 and later)",
+    "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+    "bash",
+    gpu_only=True,
+)
 MPS_WATERMARK_FIX = Fix(
     "pytorch",
     "Raise MPS's upper limit (Apple silicon; 0.0 removes it, and swapping may follow)",
