@@ -228,9 +228,6 @@ GPU. In Python the memory is freed only when the last reference goes.
         if oom.kind not in ("allocator", "disguised") or specific_library(oom) is not None:
             return None
         text = " ".join(t[-20000:] for t in (oom.message, fail.context) if t)
-        said = _LEAK_WORDS.search(text)
-        reached = _progress(fail)
-        evidence: list[Evidence] = []
         metrics = _KEPT_FOR_METRICS.search(text)
         if metrics is not None:
             summary = (
@@ -242,11 +239,14 @@ GPU. In Python the memory is freed only when the last reference goes.
                 trace,
                 Signals(POSSIBLE),
                 summary,
-                evidence,
+                [],
                 to_confirm=TO_CONFIRM,
                 frameworks=["pytorch"],
                 fixes=(KEEP_LESS_FOR_METRICS_FIX,),
             )
+        said = _LEAK_WORDS.search(text)
+        reached = _progress(fail)
+        evidence: list[Evidence] = []
         if said is not None:
             signals = Signals(POSSIBLE)
             summary = (
