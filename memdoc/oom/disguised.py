@@ -133,10 +133,7 @@ def find(log: LogText) -> list[Hit]:
                 continue
             if _mostly_free(log, line):
                 continue
-            hit = _hit(log, line, window, form.library, form.framework)
-            if form.phase is not None and hit.info.phase is None:
-                hit = replace(hit, info=replace(hit.info, phase=form.phase))
-            hits.append(hit)
+            hits.append(_hit(log, line, window, form.library, form.framework, phase=form.phase))
     return hits
 
 
@@ -196,6 +193,7 @@ def _hit(
     framework: str | None,
     *,
     lookback: bool = True,
+    phase: str | None = None,
 ) -> Hit:
     text = window.joined
     requested = None
@@ -222,6 +220,7 @@ def _hit(
             (v for p in _LIMITS if (v := to_int(first_group(p.search(text)))) is not None), None
         ),
         library=library,
+        phase=phase,
         rank=rank_of(log.lines[line][:200]),
     )
     key: tuple[object, ...] = (library, requested) if requested is not None else ()
