@@ -116,16 +116,25 @@ needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux
 
 
 class Terminal:
-    """One tmux session running one command; the screen is read as text."""
+    """One tmux session running one command; the screen is read as text.
+
+    Each terminal has a tmux server of its own (its own socket): with one shared server, a
+    session opened just as the last one closed could reach a server on its way out ("server
+    exited unexpectedly").
+    """
 
     def __init__(self, status_file: Path, size: tuple[int, int]) -> None:
         self.name = f"memdoc-test-{uuid.uuid4().hex[:8]}"
         self.status_file = status_file
         width, height = size
-        subprocess.run(
-            ["tmux", "new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height)],
-            check=True,
-        )
+        self._tmux("new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height))
+        self._socket = Path(self._tmux("display", "-p", "#{socket_path}").strip())
+
+    def _tmux(self, *args: str, check: bool = True) -> str:
+        done = subprocess.run(["tmux", "-L", self.name, *args], capture_output=True, text=True)
+        if check and done.returncode != 0:
+            raise AssertionError(f"tmux {' '.join(args)}: {done.stderr.strip()}")
+        return done.stdout
 
     def start(self, command: str) -> None:
         # Typed into the shell once its prompt is up: a program started with the pane could
@@ -136,13 +145,10 @@ class Terminal:
         self.press(f"clear; {command}; echo $? > {self.status_file}", "Enter")
 
     def screen(self) -> str:
-        done = subprocess.run(
-            ["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True
-        )
-        return done.stdout
+        return self._tmux("capture-pane", "-p", "-t", self.name, check=False)
 
     def press(self, *keys: str) -> None:
-        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+        self._tmux("send-keys", "-t", self.name, *keys)
 
     def wait_for(self, text: str, timeout_s: float = 20.0) -> str:
         deadline = time.monotonic() + timeout_s
@@ -151,11 +157,8 @@ class Terminal:
             if text in screen:
                 return screen
             if time.monotonic() > deadline:
-                size = subprocess.run(
-                    ["tmux", "display", "-p", "-t", self.name, "#{window_width}x#{window_height}"],
-                    capture_output=True,
-                    text=True,
-                ).stdout.strip()
+                shape = "#{window_width}x#{window_height}"
+                size = self._tmux("display", "-p", "-t", self.name, shape, check=False).strip()
                 raise AssertionError(f"{text!r} never appeared; the {size} screen was:\n{screen}")
             time.sleep(0.1)
 
@@ -175,7 +178,8 @@ class Terminal:
         return int(self.status_file.read_text())
 
     def close(self) -> None:
-        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+        self._tmux("kill-server", check=False)
+        self._socket.unlink(missing_ok=True)
 
 
 @pytest.fixture
