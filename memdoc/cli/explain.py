@@ -20,7 +20,8 @@ from memdoc.cli.common import (
 from memdoc.errors import MemdocError
 from memdoc.report.terminal import findings_view
 from memdoc.rules.engine import Explanation, explain_in_words, explain_text, to_json
-from memdoc.rules.facts import framework_name, library_name
+from memdoc.rules.facts import framework_name
+from memdoc.rules.words import disguise_headline
 from memdoc.trace.model import OomInfo
 from memdoc.trace.reader import looks_like_trace
 from memdoc.units import format_percent
@@ -104,10 +105,8 @@ def render(result: Explanation, console: Console) -> None:
 def headline(oom: OomInfo) -> str:
     """ "PyTorch: out of memory on GPU 0 (line 12)" and the like."""
     who = framework_name(oom.framework) if oom.framework not in ("unknown", "host") else ""
-    if oom.kind == "disguised" and oom.library == "vllm":
-        what = "vLLM's KV cache does not fit"
-    elif oom.kind == "disguised":
-        what = f"{library_name(oom)} failed: an out-of-memory error in disguise"
+    if oom.kind == "disguised":
+        what = disguise_headline(oom)
     else:
         what = _KINDS.get(oom.kind, "out of memory")
     where = ""

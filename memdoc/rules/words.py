@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memdoc.rules.facts import LIBRARY_NAMES
+from memdoc.rules.facts import LIBRARY_NAMES, library_name
 from memdoc.trace.ledger import oom_this_process_bytes
 from memdoc.trace.model import OomInfo
 from memdoc.units import format_bytes
@@ -18,6 +18,23 @@ _HOST = {
     "pass to the main process.",
     "host-alloc": "An allocation in host memory (RAM) failed.",
 }
+# A library whose refusal says more than "out of memory in disguise": its headline and its
+# paragraph. Other libraries get the general wording.
+_DISGUISES = {
+    "vllm": (
+        "vLLM's KV cache does not fit",
+        "vLLM refused to start: of the share of the device it may use, what the weights and a "
+        "profiled forward pass left cannot hold the KV cache of one sequence of max_model_len "
+        "tokens.",
+    ),
+}
+
+
+def disguise_headline(oom: OomInfo) -> str:
+    """What a disguised out-of-memory error is, in the headline's few words."""
+    if oom.library in _DISGUISES:
+        return _DISGUISES[oom.library][0]
+    return f"{library_name(oom)} failed: an out-of-memory error in disguise"
 
 
 def size(num_bytes: float) -> str:
@@ -34,12 +51,8 @@ def explain_in_words(oom: OomInfo) -> str:
         if oom.limit_bytes:
             text = text[:-1] + f"; the limit was {size(oom.limit_bytes)}."
         return text
-    if oom.kind == "disguised" and oom.library == "vllm":
-        return (
-            "vLLM refused to start: of the share of the device it may use, what the weights "
-            "and a profiled forward pass left cannot hold the KV cache of one sequence of "
-            "max_model_len tokens."
-        )
+    if oom.kind == "disguised" and oom.library in _DISGUISES:
+        return _DISGUISES[oom.library][1]
     if oom.kind == "disguised" and oom.library in LIBRARY_NAMES:
         return (
             f"This is an out-of-memory error in disguise: {LIBRARY_NAMES[oom.library]} could not "
