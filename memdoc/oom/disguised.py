@@ -24,9 +24,12 @@ class _Form:
 # XLA's `RET_CHECK ... dnn != nullptr` is not among them: in real threads a jaxlib built for
 # another CUDA or cuDNN gives it, not memory.
 # Some of these also have other causes (CUBLAS_STATUS_ALLOC_FAILED after bad embedding
-# indices; CUDNN_STATUS_NOT_INITIALIZED and "DNN library is not found" after a bad install;
-# NCCL's "unhandled system error" when /dev/shm is small). Public threads settle them as
-# memory often enough that they are reported, as kind "disguised", for the rules to weigh.
+# indices; "DNN library is not found" after a bad install; NCCL's "unhandled system error"
+# when /dev/shm is small). Public threads settle them as memory often enough that they are
+# reported, as kind "disguised", for the rules to weigh.
+# A bare CUDNN_STATUS_NOT_INITIALIZED is not among them: in PyTorch threads a cuDNN that does
+# not match the build or the card gives it, not memory. TensorFlow's "Could not create cudnn
+# handle: CUDNN_STATUS_NOT_INITIALIZED" still counts, by its own words.
 # NCCL's bare "unhandled system error" / "unhandled cuda error" are not among them: sockets,
 # drivers and installs give them far more often; they count only when the text says memory.
 _FORMS = (
@@ -37,7 +40,6 @@ _FORMS = (
     _Form("create cublas handle failed", "cublas"),
     _Form("cudnn_status_alloc_failed", "cudnn"),
     _Form("could not create cudnn handle", "cudnn", "tensorflow"),
-    _Form("cudnn_status_not_initialized", "cudnn"),
     _Form("cudnn_status_internal_error", "cudnn"),
     _Form("failed to get convolution algorithm", "cudnn", "tensorflow"),
     _Form("failed to determine best cudnn convolution algorithm", "cudnn", "jax"),

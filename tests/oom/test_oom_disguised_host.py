@@ -158,11 +158,11 @@ DISGUISED = [
     pytest.param(
         fenced(CATALOGUE, "## 7.", 2), {**disguised("nccl", "unknown"), "device": 0}, id="nccl-enq"
     ),
-    # Ambiguous (a broken install gives it too); reported as disguised for the rules to weigh.
     pytest.param(
-        "RuntimeError: cuDNN error: CUDNN_STATUS_NOT_INITIALIZED",
-        disguised("cudnn", "pytorch"),
-        id="cudnn-not-initialized-ambiguous",
+        "2017-10-31 09:07:12.584335: E tensorflow/stream_executor/cuda/cuda_dnn.cc:371] "
+        "could not create cudnn handle: CUDNN_STATUS_NOT_INITIALIZED",
+        disguised("cudnn", "tensorflow"),
+        id="tf-cudnn-handle-not-initialized",
     ),
 ]
 

@@ -55,6 +55,24 @@ def test_a_bare_nccl_failure_is_not_a_memory_error(text: str) -> None:
     assert explain_text(text).findings == []
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("RuntimeError: cuDNN error: CUDNN_STATUS_NOT_INITIALIZED\n", id="bare"),
+        pytest.param(
+            '  File "/usr/lib/python3/dist-packages/torch/nn/modules/conv.py", line 456, in '
+            "_conv_forward\n    return F.conv2d(input, weight, bias, self.stride,\n"
+            "RuntimeError: cuDNN error: CUDNN_STATUS_NOT_INITIALIZED\n",
+            id="in-a-convolution",
+        ),
+    ],
+)
+def test_pytorch_cudnn_not_initialized_is_a_broken_install_not_memory(text: str) -> None:
+    # In PyTorch threads a cuDNN that does not match the build or the card gives it.
+    assert parse_text(text) is None
+    assert explain_text(text).findings == []
+
+
 def test_an_nccl_failure_that_says_memory_still_is_one() -> None:
     text = "node1:1:2 [0] include/alloc.h:48 NCCL WARN Cuda failure 'out of memory'\n" + NCCL_CUDA
 
