@@ -33,6 +33,15 @@ _PARSERS: tuple[Callable[[LogText], list[Hit]], ...] = (
 )
 
 
+# A line that names an illegal memory access reports a kernel's fault, whatever wraps it
+# (RMM turns a sticky cudaErrorIllegalAddress into std::bad_alloc): never a lack of memory.
+_FAULT_WORDS = ("illegal memory access", "illegaladdress", "illegal address")
+
+
+def _a_fault(log: LogText, hit: Hit) -> bool:
+    return any(word in log.lower_head(hit.line, 2000) for word in _FAULT_WORDS)
+
+
 def parse_all(text: str) -> list[OomInfo]:
     """Every memory error in `text`, in order of appearance, echoes of one error merged."""
     if not isinstance(text, str):
@@ -47,7 +56,7 @@ def parse_all(text: str) -> list[OomInfo]:
             found = parser(log)
         except Exception:  # one parser's bug must not hide the others' findings
             continue
-        hits.extend(replace(hit, priority=priority) for hit in found)
+        hits.extend(replace(hit, priority=priority) for hit in found if not _a_fault(log, hit))
     try:
         return combine(hits, log)
     except Exception:  # explain and the OOM hooks must never crash on a log

@@ -54,6 +54,7 @@ _FRAMEWORK_CUES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "jaxruntimeerror",
             "xla_extension",
             "external/org_tensorflow",
+            "external/xla/xla/",  # OpenXLA as jaxlib builds it (TensorFlow's is local_xla)
             "jax.errors",
         ),
     ),

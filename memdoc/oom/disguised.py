@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, replace
 
 from memdoc.oom.context import framework_in, guess_framework
-from memdoc.oom.fields import INT, SIZE, first_group, is_huge, loose, to_int
+from memdoc.oom.fields import INT, SIZE, first_group, is_huge, loose, to_bytes, to_int
 from memdoc.oom.logtext import Hit, LogText, Window, is_source_line, rank_of, strip_prefix
 from memdoc.trace.model import OomInfo
 
@@ -19,6 +19,7 @@ class _Form:
     library: str | None
     framework: str | None = None
     phase: str | None = None  # where the form always comes from ("load": loading a model)
+    also: str | None = None  # a second cue the line must hold (lowercase)
 
 
 # XLA's `RET_CHECK ... dnn != nullptr` is not among them: in real threads a jaxlib built for
@@ -52,7 +53,7 @@ _FORMS = (
     _Form("hip_error_outofmemory", "hip"),
     _Form("hiperroroutofmemory", "hip"),
     _Form("cudaerrormemoryallocation", "cuda"),
-    _Form("nvml_success ==", "nvml", "pytorch"),
+    _Form("nvml_success ==", "nvml", "pytorch", also="assert"),
     _Form("dst tensor is not initialized", None, "tensorflow"),
     _Form("error code 2: outofmemory", "trt"),  # TensorRT's builder and runtime
     _Form("exceeded max size of memory object allocation", "opencl"),  # OpenVINO's GPU plugin
@@ -67,6 +68,16 @@ _FORMS = (
     # put quantized weights off the GPU.
     _Form("unable to allocate backend buffer", "cuda", None, "load"),
     _Form("enough gpu ram to fit the quantized model", "cuda", "pytorch", "load"),
+    # TensorFlow's driver layer, also when a thread cut the line before its
+    # "from device: CUDA_ERROR_OUT_OF_MEMORY".
+    _Form("] failed to allocate ", "cuda", "tensorflow", also="cuda_driver"),
+    # RAPIDS (cuDF, cuML) through RMM: its pool reached its maximum, or the device was full.
+    _Form("maximum pool size exceeded", "rmm"),
+    _Form("std::bad_alloc: out_of_memory", "rmm"),
+    # NVCaffe's GPU memory pool; PaddlePaddle's up-front chunk, and its later OOM message.
+    _Form("check failed: try_reserve(", "cuda"),
+    _Form("enforce allocating < available failed", "cuda", None, "init"),
+    _Form("out of memory error on gpu", "cuda"),
 )
 # A cuDNN library that does not match the build fails at start-up with the same words as one
 # that found no memory; TensorFlow says so a few lines above.
@@ -79,9 +90,11 @@ _CUDNN_MISMATCH = (
 MISMATCH_LOOKBACK_LINES = 40
 _MEMORY_USAGE = re.compile(r"Memory usage: (\d{1,20}) bytes free, (\d{1,20}) bytes total")
 MOSTLY_FREE = 0.5
+NEARLY_FULL = 0.1  # free below this share of the device: nothing left for a handle
 _FALLBACK_NEEDLE = "out of memory"
 _REQUESTS = (
     loose(rf"failed to CUDA calloc ({INT}) bytes"),
+    loose(rf"enforce allocating < available failed, ({INT}) >="),
     loose(rf"failed to allocate {SIZE} \(({INT}) bytes\)"),
     loose(rf"failed to alloc ({INT}) bytes"),
     loose(rf"Allocating ({INT}) bytes exceeds the memory limit"),
@@ -92,6 +105,11 @@ _LIMITS = (
     loose(rf"max alloc size supported by device is ({INT}) bytes"),
 )
 _TOTAL = loose(rf"total memory reported: ({INT})")
+# PaddlePaddle: "Cannot allocate 1.0GB memory on GPU 0, 15.0GB memory has been allocated and
+# available memory is only 500.0MB."
+_SIZED_REQUEST = loose(rf"Cannot allocate ({SIZE}) memory on")
+_ALLOCATED = loose(rf"({SIZE}) memory has been allocated")
+_AVAILABLE = loose(rf"available memory is only ({SIZE})")
 _DEVICE = (
     loose(r"(?:CUDA|ROCM|GPU):(\d{1,4})\b"),
     loose(r"device ordinal (\d{1,4})"),
@@ -125,7 +143,7 @@ def find(log: LogText) -> list[Hit]:
         for line, column in log.anchors(form.needle):
             if line in claimed:
                 continue
-            if form.needle == "nvml_success ==" and "assert" not in log.lower_head(line, 2000):
+            if form.also is not None and form.also not in log.lower_head(line, 2000):
                 continue
             claimed.add(line)
             window = log.window(line, column, max_lines=3)
@@ -135,20 +153,37 @@ def find(log: LogText) -> list[Hit]:
                 continue
             if _mostly_free(log, line):
                 continue
-            hits.append(_hit(log, line, window, form.library, form.framework, phase=form.phase))
+            hit = _hit(log, line, window, form.library, form.framework, phase=form.phase)
+            if _jax_handle_not_starved(log, line, hit):
+                continue
+            hits.append(hit)
     return hits
 
 
-def _mostly_free(log: LogText, line: int) -> bool:
-    """The log says, right after the failure, that most of the device was free (TensorFlow and
-    XLA print "Memory usage: N bytes free, M bytes total" when a cuDNN handle fails): the
-    failure was not for lack of memory."""
+def _usage(log: LogText, line: int) -> tuple[int, int] | None:
+    """(free, total) as TensorFlow and XLA print them right after a cuDNN handle failed
+    ("Memory usage: N bytes free, M bytes total"); None when the log does not say."""
     for index in range(line, min(len(log.lines), line + 3)):
         usage = _MEMORY_USAGE.search(log.head(index, 400))
         if usage is not None:
-            free, total = int(usage.group(1)), int(usage.group(2))
-            return total > 0 and free >= MOSTLY_FREE * total
-    return False
+            return int(usage.group(1)), int(usage.group(2))
+    return None
+
+
+def _mostly_free(log: LogText, line: int) -> bool:
+    """Most of the device was free when the failure came: not for lack of memory."""
+    usage = _usage(log, line)
+    return usage is not None and usage[1] > 0 and usage[0] >= MOSTLY_FREE * usage[1]
+
+
+def _jax_handle_not_starved(log: LogText, line: int, hit: Hit) -> bool:
+    """A cuDNN handle that JAX could not create, on a device not shown nearly full. JAX keeps
+    a quarter of the device out of its pool, and in its threads this failure is a jaxlib
+    built for another CUDA or cuDNN far more often than memory."""
+    if hit.info.framework != "jax" or "could not create cudnn handle" not in log.lower_head(line):
+        return False
+    usage = _usage(log, line)
+    return usage is None or usage[1] <= 0 or usage[0] >= NEARLY_FULL * usage[1]
 
 
 def _version_mismatch_before(log: LogText, line: int) -> bool:
@@ -203,6 +238,8 @@ def _hit(
         requested = to_int(first_group(pattern.search(text)))
         if requested is not None:
             break
+    if requested is None:
+        requested = to_bytes(first_group(_SIZED_REQUEST.search(text)))
     device = None
     for pattern in _DEVICE:
         device = to_int(first_group(window.search(pattern)))
@@ -218,6 +255,8 @@ def _hit(
         requested_bytes=requested,
         requested_unknown_huge=is_huge(requested),
         total_bytes=to_int(first_group(_TOTAL.search(text))),
+        allocated_bytes=to_bytes(first_group(_ALLOCATED.search(text))),
+        free_bytes=to_bytes(first_group(_AVAILABLE.search(text))),
         limit_bytes=next(
             (v for p in _LIMITS if (v := to_int(first_group(p.search(text)))) is not None), None
         ),

@@ -39,8 +39,10 @@ _KILLED_LINE = (
     re.compile(r"^zsh: killed\s"),
     re.compile(r"\]\s?Killed\s*$"),  # after a progress bar that did not end its line
 )
+# "exit code 137", torchrun's "exitcode: -9", DeepSpeed's launcher "exits with return code = -9"
 _EXIT_STATUS = (
-    r"\bexit(?:ed)?(?: with)?(?: code| status(?: code)?|code)\s{0,3}[:=]?\s{0,3}(?:137|-9)\b"
+    r"\bexit(?:ed|s)?(?: with)?(?: code| status(?: code)?|code| return code)"
+    r"\s{0,3}[:=]?\s{0,3}(?:137|-9)\b"
 )
 _EXIT_KILL = (
     re.compile(_EXIT_STATUS, re.I),
@@ -60,6 +62,7 @@ _EXIT_NEEDLES = (
     "exit status",
     "exitcode",
     "exited with code",
+    "return code",
     "signals.sigkill",
     "signal 9",
     "oomkilled",
@@ -81,6 +84,11 @@ _MEMORY_ERROR = re.compile(r"^(?:[\w.]{0,80}\.)?_?(?:Array)?MemoryError\b")
 # numpy's own class named in full as an error ("...: Unable to allocate"), anywhere on a line.
 _NUMPY_MEMORY_ERROR = re.compile(r"\bnumpy\.core\._exceptions\._ArrayMemoryError:")
 _REQUESTED = re.compile(r"(?:allocate|mmap) (\d{1,25}) bytes", re.I)
+# macOS malloc prints the size a line or two above "can't allocate region" / bad_alloc.
+_MACH_VM_MAP = re.compile(r"mach_vm_map\(size=(\d{1,25})\) failed")
+# Torch7's TH (and PyTorch's CPU allocator before 1.0): "Torch: not enough memory: you tried to
+# allocate 2GB. Buy new RAM!", the size in whole GiB rounded down (0 means under one).
+_TORCH7 = re.compile(r"you tried to allocate (\d{1,10})GB", re.I)
 
 
 def find(log: LogText) -> list[Hit]:
@@ -189,7 +197,8 @@ def _killed_lines(log: LogText) -> list[Hit]:
 
 
 def _exit_kills(log: LogText) -> list[Hit]:
-    """Exit by SIGKILL: `exit code 137`, torchrun's `exitcode: -9`, `<Signals.SIGKILL: 9>`."""
+    """Exit by SIGKILL: `exit code 137`, torchrun's `exitcode: -9`, `<Signals.SIGKILL: 9>`,
+    DeepSpeed's `exits with return code = -9`."""
     found: dict[int, int] = {}
     for needle in _EXIT_NEEDLES:
         for line, column in log.anchors(needle):
@@ -258,10 +267,13 @@ def _host_alloc(log: LogText) -> list[Hit]:
         "cannot allocate memory",
         "insufficient memory",
         "java.lang.outofmemoryerror",
+        "torch: not enough memory",
+        "can't allocate region",  # macOS malloc
     ):
         for line, column in log.anchors(needle):
             text = log.lines[line][max(0, column - 300) : column + 300]
-            requested = to_int(first_group(_REQUESTED.search(text)))
+            above = " ".join(log.head(back, 300) for back in range(max(0, line - 3), line + 1))
+            requested = _requested(text) or to_int(first_group(_MACH_VM_MAP.search(above)))
             info = _info(
                 log,
                 line,
@@ -272,6 +284,14 @@ def _host_alloc(log: LogText) -> list[Hit]:
             )
             hits.append(Hit(line=line, end=line, info=info, rank=info.rank))
     return hits
+
+
+def _requested(text: str) -> int | None:
+    requested = to_int(first_group(_REQUESTED.search(text)))
+    if requested is not None:
+        return requested
+    gib = to_int(first_group(_TORCH7.search(text)))
+    return gib * 2**30 if gib else None
 
 
 # What platforms say when a job ran out of host memory, as (needle, kind): hosted notebooks

@@ -26,7 +26,9 @@ from memdoc.trace.model import OomInfo
 # (as in "2 root error(s) found.") is one too, its details on the following lines.
 _TENSOR_NEEDLES = ("oom when allocating", "failed to allocate memory", "resourceexhaustederror")
 _BFC_NEEDLE = "ran out of memory trying to allocate"
-_DEVICE_NOTE_NEEDLE = "free memory:"
+# TF1's device note at start: "Total memory: 11.17GiB / Free memory: 11.10GiB" on two lines,
+# or later "totalMemory: 15.90GiB freeMemory: 3.12GiB" on one.
+_DEVICE_NOTE_NEEDLES = ("free memory:", "freememory:")
 
 _SHAPE = loose(r"(?:with|of) shape ?(\[[\d ,]{0,600}\])")
 _DTYPE = loose(r"\] and type (\w{1,40})")
@@ -48,8 +50,8 @@ _BFC_RAN_OUT = loose(
 )
 _REQUESTED_BY = loose(r"requested by op ([\w/.:-]{1,300})")
 _FRAGMENTATION_HINT = loose(r"If the cause is memory fragmentation.{0,200}?situation\.")
-_TOTAL_MEMORY = loose(rf"Total memory: ({SIZE})")
-_FREE_MEMORY = loose(rf"Free memory: ({SIZE})")
+_TOTAL_MEMORY = loose(rf"Total ?memory: ({SIZE})")
+_FREE_MEMORY = loose(rf"Free ?memory: ({SIZE})")
 
 
 def find(log: LogText) -> list[Hit]:
@@ -65,7 +67,8 @@ def find(log: LogText) -> list[Hit]:
         hit = _bfc_line_hit(log, line, log.window(line, column, max_lines=3))
         if hit is not None:
             hits.append(hit)
-    for line, column in log.anchors(_DEVICE_NOTE_NEEDLE):
+    notes = {line: column for n in _DEVICE_NOTE_NEEDLES for line, column in log.anchors(n)}
+    for line, column in sorted(notes.items()):
         hit = _device_note(log, line, column)
         if hit is not None:
             hits.append(hit)

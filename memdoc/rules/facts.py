@@ -232,6 +232,7 @@ LIBRARY_NAMES = {
     "nccl": "NCCL",
     "trt": "TensorRT",
     "vllm": "vLLM",
+    "rmm": "RMM",
 }
 # Libraries whose handle or workspace lives outside the framework's pool.
 OUTSIDE_POOL_LIBRARIES = ("cudnn", "cublas", "nccl")
@@ -241,7 +242,7 @@ WORKSPACE_LIMIT = r"exceeds the memory limit of|No algorithm worked|Profiling fa
 
 def specific_library(oom: OomInfo) -> str | None:
     """The library the error names; None for a plain CUDA or allocator failure."""
-    return None if oom.library in (None, "cuda", "nvml") else oom.library
+    return None if oom.library in (None, "cuda", "nvml", "rmm") else oom.library
 
 
 def starved_library(fail: Failure) -> bool:

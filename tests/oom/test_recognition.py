@@ -73,6 +73,51 @@ def test_pytorch_cudnn_not_initialized_is_a_broken_install_not_memory(text: str)
     assert explain_text(text).findings == []
 
 
+JAX_HANDLE = (
+    "2023-02-15 05:44:23.038563: E external/xla/xla/stream_executor/cuda/cuda_dnn.cc:429] "
+    "Could not create cudnn handle: CUDNN_STATUS_INTERNAL_ERROR\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("usage", "memory"),
+    [
+        pytest.param("", False, id="no-usage-line"),
+        pytest.param(
+            "700000000 bytes free, 4000000000 bytes total", False, id="jax-left-its-quarter"
+        ),
+        pytest.param("90000000 bytes free, 4000000000 bytes total", True, id="nearly-full"),
+    ],
+)
+def test_a_cudnn_handle_jax_could_not_create_is_memory_only_on_a_nearly_full_device(
+    usage: str, memory: bool
+) -> None:
+    # In JAX threads a jaxlib built for another CUDA or cuDNN gives this far more often.
+    text = JAX_HANDLE + (
+        f"2023-02-15 05:44:23.038600: E external/xla/xla/stream_executor/cuda/cuda_dnn.cc:433] "
+        f"Memory usage: {usage}.\n"
+        if usage
+        else ""
+    )
+
+    found = parse_text(text)
+
+    assert (found is not None) == memory
+    if found is not None:
+        assert (found.framework, found.library) == ("jax", "cudnn")
+
+
+def test_a_cudnn_handle_tensorflow_could_not_create_is_still_memory() -> None:
+    text = (
+        "2019-05-02 10:00:00.000000: E tensorflow/stream_executor/cuda/cuda_dnn.cc:334] "
+        "Could not create cudnn handle: CUDNN_STATUS_INTERNAL_ERROR\n"
+    )
+
+    found = parse_text(text)
+
+    assert found is not None and (found.framework, found.library) == ("tensorflow", "cudnn")
+
+
 def test_an_nccl_failure_that_says_memory_still_is_one() -> None:
     text = "node1:1:2 [0] include/alloc.h:48 NCCL WARN Cuda failure 'out of memory'\n" + NCCL_CUDA
 
@@ -134,6 +179,71 @@ def test_an_nccl_failure_that_says_memory_still_is_one() -> None:
             None,
             id="killed-loading-shards",
         ),
+        pytest.param(
+            "luajit: $ Torch: not enough memory: you tried to allocate 3GB. Buy new RAM! at "
+            "/tmp/luarocks/torch7/lib/TH/THGeneral.c:246\n",
+            "host",
+            "host-alloc",
+            3 * 2**30,
+            id="torch7-not-enough-memory",
+        ),
+        pytest.param(
+            "RuntimeError: $ Torch: not enough memory: you tried to allocate 0GB. Buy new RAM! "
+            "at /pytorch/aten/src/TH/THGeneral.cpp:201\n",
+            "host",
+            "host-alloc",
+            None,  # under one GiB: the size is not known
+            id="pytorch-cpu-not-enough-memory-under-a-gib",
+        ),
+        pytest.param(
+            "[2024-01-08 10:00:00,000] [ERROR] [launch.py:321:sigkill_handler] "
+            "['/usr/bin/python3', '-u', 'train.py'] exits with return code = -9\n",
+            "host",
+            "host-kill",
+            None,
+            id="deepspeed-launcher-sigkill",
+        ),
+        pytest.param(
+            "MemoryError: std::bad_alloc: out_of_memory: RMM failure at:/opt/conda/include/rmm/mr/"
+            "device/pool_memory_resource.hpp:196: Maximum pool size exceeded\n",
+            "unknown",
+            "disguised",
+            None,
+            id="rapids-rmm-pool-maximum",
+        ),
+        pytest.param(
+            "paddle.fluid.core_avx.EnforceNotMet: \n\nOut of memory error on GPU 0. Cannot "
+            "allocate 2.000000GB memory on GPU 0, 14.500000GB memory has been allocated and "
+            "available memory is only 256.000000MB.\n",
+            "unknown",
+            "disguised",
+            2 * 2**30,
+            id="paddle-out-of-memory-error-on-gpu",
+        ),
+        pytest.param(
+            "0: EnforceNotMet: enforce allocating < available failed, 11000000000 >= 10500000000\n"
+            "0:  at [/paddle/paddle/platform/gpu_info.cc:90]\n",
+            "unknown",
+            "disguised",
+            11000000000,
+            id="paddle-first-chunk",
+        ),
+        pytest.param(
+            "F0102 10:00:00.000000  4242 gpu_memory.hpp:77] Check failed: try_reserve(size)\n"
+            "*** Check failure stack trace: ***\n",
+            "unknown",
+            "disguised",
+            None,
+            id="nvcaffe-pool-reserve",
+        ),
+        pytest.param(
+            "2019-01-01 10:00:00.000000: E tensorflow/stream_executor/cuda/cuda_driver.cc:806] "
+            "failed to allocate 3.9",  # the thread cut the line here
+            "tensorflow",
+            "disguised",
+            None,
+            id="tf-driver-line-cut-short",
+        ),
     ],
 )
 def test_memory_errors_in_forms_seen_in_the_wild_are_recognised(
@@ -147,6 +257,56 @@ def test_memory_errors_in_forms_seen_in_the_wild_are_recognised(
         kind,
         requested_bytes,
     )
+
+
+def test_tf1_device_note_on_one_line_gives_the_device_and_its_free_memory() -> None:
+    text = (
+        "name: Tesla P100-PCIE-16GB major: 6 minor: 0 memoryClockRate(GHz): 1.3285\n"
+        "pciBusID: 0000:02:00.0\ntotalMemory: 15.90GiB freeMemory: 3.12GiB\n"
+        "2019-01-01 10:00:05.000000: E tensorflow/stream_executor/cuda/cuda_driver.cc:806] "
+        "failed to allocate 7.63G (8193048576 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY\n"
+    )
+
+    found = parse_text(text)
+
+    assert found is not None and found.requested_bytes == 8193048576
+    assert (found.total_bytes, found.free_bytes) == (round(15.90 * 2**30), round(3.12 * 2**30))
+
+
+def test_an_absurd_size_from_macos_malloc_is_read_as_the_request() -> None:
+    text = (
+        "python(1234,0x7fff7bee6300) malloc: *** mach_vm_map(size=7037526865735659520) failed "
+        "(error code=3)\n*** error: can't allocate region\n"
+        "*** set a breakpoint in malloc_error_break to debug\nError: std::bad_alloc\n"
+    )
+
+    result = explain_text(text)
+
+    assert result.oom is not None and result.oom.requested_unknown_huge
+    assert result.findings[0].rule == "single-allocation-too-large"
+    assert "size computation went wrong" in result.findings[0].summary
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(
+            "MemoryError: std::bad_alloc: CUDA error at: /opt/conda/include/rmm/mr/device/"
+            "cuda_memory_resource.hpp:60: cudaErrorIllegalAddress an illegal memory access was "
+            "encountered\n",
+            id="rmm-wraps-an-illegal-address",
+        ),
+        pytest.param(
+            "terminate called after throwing an instance of 'thrust::system::system_error'\n"
+            "  what():  parallel_for failed: cudaErrorIllegalAddress: an illegal memory access "
+            "was encountered\n",
+            id="thrust-illegal-address",
+        ),
+    ],
+)
+def test_an_illegal_memory_access_is_a_fault_whatever_wraps_it(text: str) -> None:
+    assert parse_text(text) is None
+    assert explain_text(text).findings == []
 
 
 def test_killed_while_loading_checkpoint_shards_is_a_host_oom_at_load() -> None:
