@@ -41,8 +41,11 @@ AFTER_LINES = 12
 _TRACEBACK_START = "Traceback (most recent call last)"
 
 # Substrings that name the framework, checked in this order: jaxlib vendors TensorFlow
-# sources (`external/org_tensorflow`), so JAX cues come first.
+# sources (`external/org_tensorflow`), so JAX cues come first; Torch7 lives in `torch/install`,
+# so it comes before PyTorch. Frameworks memdoc does not watch (Torch7, Caffe, MXNet, Darknet)
+# are named too: none of them preallocates the device, which rules out that cause.
 _FRAMEWORK_CUES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("torch7", ("luajit", "torch7/", "luarocks")),
     (
         "jax",
         (
@@ -75,6 +78,9 @@ _FRAMEWORK_CUES: tuple[tuple[str, tuple[str, ...]], ...] = (
         "tensorflow",
         ("tensorflow", "keras", "errors_impl", "op_requires", "[op:", "{{node", 'op_type="'),
     ),
+    ("caffe", ("caffe::", "syncedmem.cpp", "/caffe/", "pycaffe", "caffe.bin")),
+    ("mxnet", ("mxnet", "pooled_storage_manager")),
+    ("darknet", ("darknet",)),
 )
 
 

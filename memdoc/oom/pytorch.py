@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from memdoc.oom.context import framework_in
 from memdoc.oom.fields import (
     INT,
     SIZE,
@@ -140,8 +141,10 @@ def _allocator_hit(log: LogText, line: int, window: Window) -> Hit:
     free = first_known(_size(_FREE_NEW, text), _size(_FREE_OLD, text))
     allocated, reserved, unallocated = _pool(text)
     processes, this_process = _processes(text)
+    # THC's words are Torch7's as well as early PyTorch's.
+    torch7 = framework_in(text[:4000].lower()) == "torch7"
     info = OomInfo(
-        framework="pytorch",
+        framework="torch7" if torch7 else "pytorch",
         kind="allocator",
         message=_message(window),
         device=device,

@@ -386,8 +386,12 @@ def _key(series: Series) -> tuple[str, int | None, int | None]:
     return series.key.metric, series.key.device, series.key.pid
 
 
+# Frameworks an error text can name that memdoc does not watch.
+UNWATCHED_NAMES = {"torch7": "Torch7", "caffe": "Caffe", "mxnet": "MXNet", "darknet": "Darknet"}
+
+
 def framework_name(framework: str) -> str:
-    return FRAMEWORK_NAMES.get(framework, framework)
+    return FRAMEWORK_NAMES.get(framework) or UNWATCHED_NAMES.get(framework, framework)
 
 
 def device_name(device: int | None) -> str:

@@ -397,3 +397,38 @@ def test_tensorflow_runtime_init_without_memory_is_a_failed_context() -> None:
 
     assert result.oom is not None and result.oom.phase == "init"
     assert result.findings[0].rule == "other-process"
+
+
+@pytest.mark.parametrize(
+    ("text", "framework"),
+    [
+        pytest.param(
+            "F0102 10:00:00.000000  4242 syncedmem.cpp:56] Check failed: error == cudaSuccess "
+            "(2 vs. 0)  out of memory\n*** Check failure stack trace: ***\n",
+            "caffe",
+            id="caffe",
+        ),
+        pytest.param(
+            "mxnet.base.MXNetError: [10:00:00] src/storage/./pooled_storage_manager.h:157: "
+            "cudaMalloc failed: out of memory\n",
+            "mxnet",
+            id="mxnet",
+        ),
+        pytest.param(
+            "THCudaCheck FAIL file=/tmp/luarocks_cutorch-scm-1-1234/cutorch/lib/THC/generic/"
+            "THCStorage.cu line=66 error=2 : out of memory\n"
+            "/home/u/torch/install/bin/luajit: cuda runtime error (2) : out of memory\n",
+            "torch7",
+            id="torch7-under-torch-install",
+        ),
+    ],
+)
+def test_an_unwatched_framework_is_named_and_preallocation_is_not_guessed(
+    text: str, framework: str
+) -> None:
+    # None of these takes the device up front, so that cause is not among the guesses.
+    result = explain_text(text)
+
+    assert result.oom is not None and result.oom.framework == framework
+    assert result.findings
+    assert "framework-preallocation" not in [f.rule for f in result.findings]

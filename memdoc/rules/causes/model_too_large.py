@@ -44,6 +44,10 @@ _MOVE_TEXT = r"Loading checkpoint shards|\.from_pretrained\(|\.to\((?:\"|')?cuda
 # A TensorFlow node that fills a variable with its initial value.
 _TF_INITIALIZER = r"\[\[\{?\{?node [\w/.-]{0,300}/Initializer/"
 WEIGHTS_FILL = 0.8
+# The device full (under this share free) while the framework held under SMALL_SHARE of it:
+# the weights being placed did not fill it.
+NEARLY_FULL = 0.1
+SMALL_SHARE = 0.25
 # A constructor's name, also as some frozen executables print it ("in init").
 _CONSTRUCTORS = frozenset({"__init__", "init"})
 
@@ -221,18 +225,39 @@ it on one device.
             summary = "The error happened while loading the model or moving it to the device"
         summary += ", before any step" if before_steps else ""
         summary += f", with {format_bytes(held)} already there." if full and held else "."
+        signals = Signals.of(
+            LIKELY if moving or building else POSSIBLE,
+            device_full=full,
+            before_steps=before_steps,
+        )
+        elsewhere = _filled_elsewhere(trace, fail)
+        if elsewhere is not None:
+            summary += (
+                f" But the framework held only {format_bytes(fail.oom.allocated_bytes or 0)} "
+                f"of a device with {format_bytes(elsewhere)} free: what filled it was not "
+                "these weights."
+            )
+            signals = signals.at_most(WEAK)
         return self.finding(
             trace,
-            Signals.of(
-                LIKELY if moving or building else POSSIBLE,
-                device_full=full,
-                before_steps=before_steps,
-            ),
+            signals,
             summary,
             evidence,
             to_confirm="compare parameter bytes (numel x element size) with the memory there is",
             frameworks=frameworks(trace, fail.oom),
         )
+
+
+def _filled_elsewhere(trace: Trace, fail: Failure) -> float | None:
+    """The free bytes, when the device was full but the framework's own allocations were a
+    small share of it: something else (another process, another pool) filled it."""
+    oom = fail.oom
+    total = device_total(trace, failed_device(trace, oom), oom)
+    if not total or oom.allocated_bytes is None or oom.free_bytes is None:
+        return None
+    full = oom.free_bytes < NEARLY_FULL * total
+    small = oom.allocated_bytes < SMALL_SHARE * total
+    return float(oom.free_bytes) if full and small else None
 
 
 def _building(fail: Failure) -> bool:

@@ -3,14 +3,39 @@
 from __future__ import annotations
 
 from memdoc.rules.base import Finding, Fix
-from memdoc.rules.confidence import LIKELY, WEAK, Signals
-from memdoc.rules.facts import failure, framework_devices, framework_name, starved_library
+from memdoc.rules.confidence import LIKELY, POSSIBLE, WEAK, Signals
+from memdoc.rules.facts import (
+    Failure,
+    device_total,
+    failed_device,
+    failure,
+    framework_devices,
+    framework_name,
+    starved_library,
+)
+from memdoc.rules.ledger import pool_bytes
 from memdoc.rules.spec import (
     RuleSpec,
+    bytes_evidence,
     count_evidence,
+    share_evidence,
     snippet,
 )
+from memdoc.trace.ledger import oom_this_process_bytes
 from memdoc.trace.reader import Trace
+from memdoc.units import GiB, format_bytes
+
+# A CUDA context with cuDNN, cuBLAS and NCCL workspaces: what a process may hold beyond its
+# framework's pool without another pool beside it.
+OUTSIDE_ALLOWANCE_BYTES = 2 * GiB
+OUTSIDE_MIN_SHARE = 0.25
+# How a text names each framework: its package in a frame, or its name in words.
+_NAMED = (
+    ("pytorch", r"\bpytorch\b|\btorch[./]"),
+    # not jaxlib's vendored copy ("external/org_tensorflow/tensorflow/compiler/xla")
+    ("tensorflow", r"(?<!org_tensorflow/)\btensorflow\b"),
+    ("jax", r"\bjax(?:lib)?\b"),
+)
 
 
 class MultiFramework(RuleSpec):
@@ -32,6 +57,9 @@ initialization failed", "Could not create cudnn handle".
 - The program imports two frameworks (for example `tensorflow_datasets` in a JAX or PyTorch
   training script) and both see the GPU.
 - `memdoc run` records a pool for each framework on the same device.
+- From a PyTorch message alone: "this process has X memory in use" far above what PyTorch
+  reserved (more than a CUDA context and library workspaces take, about 2 GiB), or a log
+  that names a second framework.
 """
     fixes = (
         Fix(
@@ -83,7 +111,27 @@ initialization failed", "Could not create cudnn handle".
         fail = failure(trace)
         if not trace.is_text_only:
             return self._recorded(trace, had_failure=fail is not None)
-        if fail is None or fail.oom.library not in ("cudnn", "cublas") or not starved_library(fail):
+        if fail is None:
+            return None
+        named = [name for name, cue in _NAMED if fail.says(cue)]
+        outside = self._outside_the_pool(trace, fail, named)
+        if outside is not None:
+            return outside
+        if len(named) >= 2 and fail.oom.device_type != "cpu":
+            pretty = " and ".join(framework_name(n) for n in named)
+            summary = (
+                f"The error names {pretty}: two frameworks in one process each keep a pool on "
+                "the GPU, and the first to start can leave too little for the other."
+            )
+            return self.finding(
+                trace,
+                Signals(POSSIBLE),
+                summary,
+                [count_evidence("frameworks the text names", len(named))],
+                to_confirm="check whether the program imports both, and which one uses the GPU",
+                frameworks=named,
+            )
+        if fail.oom.library not in ("cudnn", "cublas") or not starved_library(fail):
             return None
         summary = (
             "A GPU library could not initialise: one cause is a second framework in the same "
@@ -95,6 +143,48 @@ initialization failed", "Could not create cudnn handle".
             summary,
             [],
             to_confirm="check whether the program imports two of PyTorch, TensorFlow and JAX",
+        )
+
+    def _outside_the_pool(self, trace: Trace, fail: Failure, named: list[str]) -> Finding | None:
+        """The message says what this process held and what the framework's pool held: far
+        more outside the pool than a CUDA context and library workspaces take is another
+        framework's pool (or another library's memory) in the same process."""
+        oom = fail.oom
+        own, pool = oom_this_process_bytes(oom), pool_bytes(oom)
+        total = device_total(trace, failed_device(trace, oom), oom)
+        if own is None or pool is None or not total:
+            return None
+        outside = own - pool
+        if outside < max(OUTSIDE_ALLOWANCE_BYTES, OUTSIDE_MIN_SHARE * total):
+            return None
+        others = [n for n in named if n != oom.framework]
+        framework = framework_name(oom.framework)
+        evidence = [
+            bytes_evidence("held by this process", own),
+            bytes_evidence(f"{framework}'s pool", pool),
+            bytes_evidence("held outside the pool", outside),
+            share_evidence("outside the pool / device", outside / total),
+        ]
+        if others:
+            pretty = " and ".join(framework_name(n) for n in others)
+            summary = (
+                f"This process held {format_bytes(outside)} outside {framework}'s pool, and the "
+                f"log names {pretty}: its pool in the same process took the memory."
+            )
+            signals = Signals(LIKELY)
+        else:
+            summary = (
+                f"This process held {format_bytes(outside)} outside {framework}'s pool: another "
+                "framework (TensorFlow, JAX, CuPy) or a library in the same process took it."
+            )
+            signals = Signals(POSSIBLE)
+        return self.finding(
+            trace,
+            signals,
+            summary,
+            evidence,
+            to_confirm="check what the program imports besides the framework that failed",
+            frameworks=[oom.framework, *others],
         )
 
     def _recorded(self, trace: Trace, *, had_failure: bool) -> Finding | None:
