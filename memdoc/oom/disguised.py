@@ -91,6 +91,8 @@ MISMATCH_LOOKBACK_LINES = 40
 _MEMORY_USAGE = re.compile(r"Memory usage: (\d{1,20}) bytes free, (\d{1,20}) bytes total")
 MOSTLY_FREE = 0.5
 NEARLY_FULL = 0.1  # free below this share of the device: nothing left for a handle
+NATIVE_STACK_LINES = 16
+_NATIVE_FRAME = re.compile(r"@\s+0x[0-9a-f]{4,20}\s|\[bt\]\s?\(\d{1,3}\)")
 _FALLBACK_NEEDLE = "out of memory"
 _REQUESTS = (
     loose(rf"failed to CUDA calloc ({INT}) bytes"),
@@ -153,11 +155,26 @@ def find(log: LogText) -> list[Hit]:
                 continue
             if _mostly_free(log, line):
                 continue
-            hit = _hit(log, line, window, form.library, form.framework, phase=form.phase)
+            library = form.library
+            if library == "cuda" and _cudnn_in_native_stack(log, line):
+                library = "cudnn"
+            hit = _hit(log, line, window, library, form.framework, phase=form.phase)
             if _jax_handle_not_starved(log, line, hit):
                 continue
             hits.append(hit)
     return hits
+
+
+def _cudnn_in_native_stack(log: LogText, line: int) -> bool:
+    """The C++ stack printed under the failure (glog's "@ 0x..." frames, MXNet's "[bt]") is
+    inside cuDNN: the memory was for a convolution's algorithm search or workspace."""
+    for index in range(line + 1, min(len(log.lines), line + NATIVE_STACK_LINES)):
+        frame = log.lower_head(index, 400).lstrip()
+        if not _NATIVE_FRAME.match(frame):
+            continue
+        if "cudnn" in frame:
+            return True
+    return False
 
 
 def _usage(log: LogText, line: int) -> tuple[int, int] | None:

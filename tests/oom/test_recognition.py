@@ -432,3 +432,33 @@ def test_an_unwatched_framework_is_named_and_preallocation_is_not_guessed(
     assert result.oom is not None and result.oom.framework == framework
     assert result.findings
     assert "framework-preallocation" not in [f.rule for f in result.findings]
+
+
+def test_a_pool_failure_inside_cudnn_native_frames_is_cudnns() -> None:
+    # glog prints the C++ stack under a failed CHECK; a cuDNN frame there means the memory was
+    # for a convolution's algorithm search or workspace.
+    text = (
+        "F0102 10:00:00.000000  4242 gpu_memory.hpp:77] Check failed: try_reserve(size)\n"
+        "*** Check failure stack trace: ***\n"
+        "    @     0x7f0000000001  google::LogMessage::Fail()\n"
+        "    @     0x7f0000000002  google::LogMessageFatal::~LogMessageFatal()\n"
+        "    @     0x7f0000000003  caffe::CuDNNConvolutionLayer<>::FindExConvAlgo()\n"
+    )
+
+    result = explain_text(text)
+
+    assert result.oom is not None and result.oom.library == "cudnn"
+    assert result.findings[0].rule == "cudnn-workspace"
+
+
+def test_a_cudnn_word_outside_the_native_stack_does_not_make_it_cudnns() -> None:
+    text = (
+        "F0102 10:00:00.000000  4242 gpu_memory.hpp:77] Check failed: try_reserve(size)\n"
+        "*** Check failure stack trace: ***\n"
+        "    @     0x7f0000000001  caffe::SyncedMemory::to_gpu()\n"
+        "I0102 10:00:01.000000  4242 net.cpp:100] Creating layer conv1 (engine: CUDNN)\n"
+    )
+
+    found = parse_text(text)
+
+    assert found is not None and found.library == "cuda"
