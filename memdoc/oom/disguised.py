@@ -6,7 +6,16 @@ import re
 from dataclasses import dataclass, replace
 
 from memdoc.oom.context import framework_in, guess_framework
-from memdoc.oom.fields import INT, SIZE, first_group, is_huge, loose, to_bytes, to_int
+from memdoc.oom.fields import (
+    INT,
+    SIZE,
+    first_group,
+    first_known,
+    is_huge,
+    loose,
+    to_bytes,
+    to_int,
+)
 from memdoc.oom.logtext import Hit, LogText, Window, is_source_line, rank_of, strip_prefix
 from memdoc.trace.model import OomInfo
 
@@ -76,7 +85,7 @@ _FORMS = (
     _Form("std::bad_alloc: out_of_memory", "rmm"),
     # NVCaffe's GPU memory pool; PaddlePaddle's up-front chunk, and its later OOM message.
     _Form("check failed: try_reserve(", "cuda"),
-    _Form("enforce allocating < available failed", "cuda", None, "init"),
+    _Form("enforce allocating < available failed", "cuda"),
     _Form("out of memory error on gpu", "cuda"),
 )
 # A cuDNN library that does not match the build fails at start-up with the same words as one
@@ -112,6 +121,7 @@ _TOTAL = loose(rf"total memory reported: ({INT})")
 _SIZED_REQUEST = loose(rf"Cannot allocate ({SIZE}) memory on")
 _ALLOCATED = loose(rf"({SIZE}) memory has been allocated")
 _AVAILABLE = loose(rf"available memory is only ({SIZE})")
+_PADDLE_CHUNK = loose(rf"enforce allocating < available failed, {INT} >= ({INT})")
 _DEVICE = (
     loose(r"(?:CUDA|ROCM|GPU):(\d{1,4})\b"),
     loose(r"device ordinal (\d{1,4})"),
@@ -273,7 +283,10 @@ def _hit(
         requested_unknown_huge=is_huge(requested),
         total_bytes=to_int(first_group(_TOTAL.search(text))),
         allocated_bytes=to_bytes(first_group(_ALLOCATED.search(text))),
-        free_bytes=to_bytes(first_group(_AVAILABLE.search(text))),
+        free_bytes=first_known(
+            to_bytes(first_group(_AVAILABLE.search(text))),
+            to_int(first_group(_PADDLE_CHUNK.search(text))),
+        ),
         limit_bytes=next(
             (v for p in _LIMITS if (v := to_int(first_group(p.search(text)))) is not None), None
         ),
