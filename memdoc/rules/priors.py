@@ -8,14 +8,14 @@ from memdoc.trace.model import OomInfo
 # (tests/fixtures/corpus/incidents.jsonl, `"split": "dev"`) whose thread settled on each
 # cause. tests/rules/test_priors.py recounts them, so the table follows the corpus.
 INCIDENTS_BY_CAUSE: dict[str, int] = {
-    "activations-too-large": 96,
-    "host-oom": 57,
+    "activations-too-large": 98,
+    "host-oom": 58,
     "model-too-large": 25,
     "framework-preallocation": 23,
-    "other-process": 18,
-    "single-allocation-too-large": 18,
+    "single-allocation-too-large": 20,
+    "other-process": 19,
     "leak-across-steps": 14,
-    "eval-without-no-grad": 9,
+    "eval-without-no-grad": 11,
     "fragmentation": 7,
     "wrong-device": 7,
     "memory-fraction-cap": 6,

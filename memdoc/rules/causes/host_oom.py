@@ -397,7 +397,7 @@ def _failed_allocation(
             "out, or a size read from a damaged file or bad input asked for more than any "
             "machine has."
         )
-        return Signals(POSSIBLE), summary, "watch the process's memory as it fails (`memdoc run`)"
+        return Signals(WEAK), summary, "watch the process's memory as it fails (`memdoc run`)"
     if trace.is_text_only:
         return Signals(STRONG), "An allocation in host memory (RAM) failed.", None
     if gpu_recorded(trace):
