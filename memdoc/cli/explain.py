@@ -115,4 +115,5 @@ def headline(oom: OomInfo) -> str:
     rank = f" (rank {oom.rank})" if oom.rank is not None else ""
     line = f", line {oom.line}" if oom.line is not None and oom.line > 1 else ""
     prefix = f"{who}: " if who else ""
-    return f"{prefix}{what}{where}{rank}{line}"
+    text = f"{prefix}{what}{where}{rank}{line}"
+    return text[0].upper() + text[1:]

@@ -14,6 +14,7 @@ from memdoc.oom.names import has_words
 from memdoc.trace.model import (
     FRAMEWORK_NAMES,
     FRAMEWORK_PREFIXES,
+    UNWATCHED_FRAMEWORK_NAMES,
     Event,
     EventKind,
     Metric,
@@ -262,7 +263,10 @@ def library_name(oom: OomInfo) -> str:
 def frameworks(trace: Trace, oom: OomInfo | None = None) -> list[str]:
     """GPU frameworks involved: those the program imported, and the one the error names."""
     found = [f for f in trace.frameworks() if f in GPU_FRAMEWORKS]
-    if oom is not None and oom.framework in GPU_FRAMEWORKS and oom.framework not in found:
+    named = oom is not None and (
+        oom.framework in GPU_FRAMEWORKS or oom.framework in UNWATCHED_FRAMEWORK_NAMES
+    )
+    if oom is not None and named and oom.framework not in found:
         found.insert(0, oom.framework)
     return found
 
@@ -386,12 +390,8 @@ def _key(series: Series) -> tuple[str, int | None, int | None]:
     return series.key.metric, series.key.device, series.key.pid
 
 
-# Frameworks an error text can name that memdoc does not watch.
-UNWATCHED_NAMES = {"torch7": "Torch7", "caffe": "Caffe", "mxnet": "MXNet", "darknet": "Darknet"}
-
-
 def framework_name(framework: str) -> str:
-    return FRAMEWORK_NAMES.get(framework) or UNWATCHED_NAMES.get(framework, framework)
+    return FRAMEWORK_NAMES.get(framework) or UNWATCHED_FRAMEWORK_NAMES.get(framework, framework)
 
 
 def device_name(device: int | None) -> str:

@@ -12,6 +12,7 @@ from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import Signals
 from memdoc.rules.host import gpu_recorded, on_host
 from memdoc.trace.model import FRAMEWORK_NAMES as PEOPLE_NAMES
+from memdoc.trace.model import UNWATCHED_FRAMEWORK_NAMES
 from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes, format_duration, format_percent
 
@@ -83,8 +84,11 @@ class RuleSpec:
 
 
 def fixes_for(fixes: Sequence[Fix], frameworks: Sequence[str]) -> tuple[Fix, ...]:
-    """The fixes that apply to these frameworks (all of them when none is known)."""
+    """The fixes that apply to these frameworks (all of them when none is known; only the
+    framework-neutral ones for a framework memdoc does not watch, such as Caffe)."""
     known = [f for f in frameworks if f in FRAMEWORK_NAMES and f != "any"]
+    if not known and any(f in UNWATCHED_FRAMEWORK_NAMES for f in frameworks):
+        return tuple(f for f in fixes if f.framework == "any")
     if not known:
         return tuple(fixes)
     chosen = tuple(f for f in fixes if f.framework == "any" or f.framework in known)

@@ -27,13 +27,24 @@ _DISGUISES = {
         "profiled forward pass left cannot hold the KV cache of one sequence of max_model_len "
         "tokens.",
     ),
+    "rmm": (
+        "RAPIDS' memory pool (RMM) could not allocate",
+        "RMM, the device allocator of RAPIDS (cuDF, cuML), could not get device memory: its pool "
+        "reached the maximum size it was given, or the device itself was full.",
+    ),
 }
+
+
+# The runtime itself said it ran out: not a disguise, whatever library it came through.
+_RUNTIMES = {"cuda": "CUDA", "hip": "HIP"}
 
 
 def disguise_headline(oom: OomInfo) -> str:
     """What a disguised out-of-memory error is, in the headline's few words."""
     if oom.library in _DISGUISES:
         return _DISGUISES[oom.library][0]
+    if oom.library in _RUNTIMES:
+        return f"a {_RUNTIMES[oom.library]} call ran out of memory"
     return f"{library_name(oom)} failed: an out-of-memory error in disguise"
 
 

@@ -89,6 +89,13 @@ class Metric:
 FRAMEWORK_PREFIXES: dict[str, str] = {"pytorch": "torch", "tensorflow": "tf", "jax": "jax"}
 # Framework name -> how people write it.
 FRAMEWORK_NAMES: dict[str, str] = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "jax": "JAX"}
+# Frameworks an error text can name that memdoc does not watch (OomInfo.framework values).
+UNWATCHED_FRAMEWORK_NAMES: dict[str, str] = {
+    "torch7": "Torch7",
+    "caffe": "Caffe",
+    "mxnet": "MXNet",
+    "darknet": "Darknet",
+}
 
 
 def framework_metric(framework: str, quantity: str) -> str:

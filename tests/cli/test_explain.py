@@ -161,3 +161,42 @@ def test_a_failure_inside_memdoc_is_one_line_and_status_1(
     assert status == 1
     assert err.startswith("memdoc: error: memdoc failed (RuntimeError: rule engine broke)")
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("text", "first_line"),
+    [
+        pytest.param(
+            b"MemoryError: std::bad_alloc: out_of_memory: RMM failure at:/opt/conda/include/rmm/"
+            b"mr/device/pool_memory_resource.hpp:196: Maximum pool size exceeded\n",
+            "RAPIDS' memory pool (RMM) could not allocate",
+            id="rmm-no-framework",
+        ),
+        pytest.param(
+            b"F0102 10:00:00.000000  4242 syncedmem.cpp:56] Check failed: error == cudaSuccess "
+            b"(2 vs. 0)  out of memory\n",
+            "Caffe: a CUDA call ran out of memory",
+            id="caffe",
+        ),
+    ],
+)
+def test_the_headline_names_what_failed_and_starts_a_sentence(text: bytes, first_line: str) -> None:
+    result = run_memdoc("explain", input=text)
+
+    assert result.returncode == 3, result.stderr
+    assert result.stdout.decode().splitlines()[0] == first_line
+
+
+def test_a_framework_memdoc_does_not_watch_gets_no_other_frameworks_code() -> None:
+    text = (
+        b"F0102 10:00:00.000000  4242 syncedmem.cpp:56] Check failed: error == cudaSuccess "
+        b"(2 vs. 0)  out of memory\n"
+    )
+
+    result = run_memdoc("explain", "--json", input=text)
+
+    findings = json.loads(result.stdout)["findings"]
+    assert findings
+    fixes = [fix for finding in findings for fix in finding["fixes"]]
+    assert fixes  # "See who holds the GPU" and the like
+    assert all(fix["framework"] == "any" for fix in fixes), fixes
