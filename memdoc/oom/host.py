@@ -31,6 +31,8 @@ _OOM_KILL_TASK = re.compile(r"oom-kill:[^\n]{0,300}?\bpid=(\d{1,10})")
 _REAPED = re.compile(r"oom_reaper: reaped process (\d{1,10})")
 _INVOKED = re.compile(r"(\S{1,100}) invoked oom-killer")
 _CGROUP_LIMIT = re.compile(r"memory: usage (\d{1,20})kB, limit (\d{1,20})kB")
+_LOCALE_KILLED = ("已杀死", "getötet", "強制終了")
+_KILLED_WORDS = r"(?:已杀死|Getötet|強制終了)"
 _KILLED_LINE = (
     re.compile(r"^Killed(?::\s?9)?\.?\s*$"),
     # bash's and zsh's job lines: "[1]+  Killed  python train.py", "[1]  1819 killed  python3 ..."
@@ -38,6 +40,12 @@ _KILLED_LINE = (
     re.compile(r"line \d{1,6}:\s{0,4}(\d{1,10}) Killed\b"),
     re.compile(r"^zsh: killed\s"),
     re.compile(r"\]\s?Killed\s*$"),  # after a progress bar that did not end its line
+    # The shell's word in other locales (glibc's name of SIGKILL): Chinese, German, Japanese.
+    re.compile(
+        rf"^(?:\[\d{{1,4}}\][+-]?\s+)?(?:(\d{{1,10}})\s+)?{_KILLED_WORDS}(?:\s{{2,40}}\S|\s*$)"
+    ),
+    re.compile(rf"[\]\ds]\s?{_KILLED_WORDS}\s*$"),
+    re.compile(rf"\d{{1,6}}:\s{{0,4}}(\d{{1,10}}) {_KILLED_WORDS}"),  # a script's line N
 )
 # "exit code 137", torchrun's "exitcode: -9", DeepSpeed's launcher "exits with return code = -9"
 _EXIT_STATUS = (
@@ -178,7 +186,8 @@ def _dmesg_line(log: LogText, line: int) -> Hit | None:
 
 def _killed_lines(log: LogText) -> list[Hit]:
     hits = []
-    for line, _ in log.anchors("killed"):
+    lines = sorted({line for word in ("killed", *_LOCALE_KILLED) for line, _ in log.anchors(word)})
+    for line in lines:
         raw = log.lines[line]
         if len(raw) > _SHORT:
             continue

@@ -462,3 +462,35 @@ def test_a_cudnn_word_outside_the_native_stack_does_not_make_it_cudnns() -> None
     found = parse_text(text)
 
     assert found is not None and found.library == "cuda"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(
+            "[>>>>>>>> ] 1022/5000, 1.5 task/s, elapsed: 673s, ETA: 2621s已杀死\n",
+            id="zh-after-a-bar",
+        ),
+        pytest.param("[1]+  已杀死               python train.py\n", id="zh-job-line"),
+        pytest.param(
+            "./run.sh: 行 3: 12345 已杀死               python train.py\n", id="zh-script-line"
+        ),
+        pytest.param("Getötet\n", id="de"),
+        pytest.param("強制終了\n", id="ja"),
+    ],
+)
+def test_the_shells_killed_in_other_locales_is_a_host_kill(text: str) -> None:
+    found = parse_text(text)
+
+    assert found is not None and found.kind == "host-kill"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("这个进程已杀死了吗？我不知道\n", id="zh-in-a-sentence"),
+        pytest.param("Der Prozess wurde nicht getötet, sondern beendet.\n", id="de-in-a-sentence"),
+    ],
+)
+def test_the_word_in_a_sentence_is_not_a_kill(text: str) -> None:
+    assert parse_text(text) is None

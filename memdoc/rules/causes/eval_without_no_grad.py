@@ -85,6 +85,8 @@ graph alive for as long as they are referenced, for example in a list of predict
 - Memory during evaluation rises as much as during a training step (`memdoc run` with
   `memdoc.mark("eval")` before evaluation records it).
 - `torch.is_grad_enabled()` is `True` inside the evaluation loop.
+- The log has PyTorch's warning "volatile was removed and now has no effect": code written
+  for PyTorch before 0.4 still counts on `volatile=True` to turn autograd off.
 """
     fixes = (
         Fix(
@@ -137,7 +139,21 @@ graph alive for as long as they are referenced, for example in a list of predict
             found = self._recorded(trace, fail)
             if found is not None:
                 return found
-        return self._from_frames(trace, fail) if fail is not None else None
+        if fail is None:
+            return None
+        return self._volatile(trace, fail) or self._from_frames(trace, fail)
+
+    def _volatile(self, trace: Trace, fail: Failure) -> Finding | None:
+        """PyTorch 0.4 dropped `volatile=True` and warns when code still passes it: code that
+        relied on it to turn autograd off now builds a graph on every inference pass."""
+        if not fail.says(_VOLATILE):
+            return None
+        summary = (
+            "PyTorch warned that `volatile` has no effect: the code relies on it to turn "
+            "autograd off, so every inference pass keeps its graph."
+        )
+        evidence = [Evidence("PyTorch's warning: volatile was removed and now has no effect")]
+        return self.finding(trace, Signals(LIKELY), summary, evidence, frameworks=["pytorch"])
 
     def _recorded(self, trace: Trace, fail: Failure | None) -> Finding | None:
         device = failed_device(trace, fail.oom if fail else None)
@@ -209,6 +225,9 @@ graph alive for as long as they are referenced, for example in a list of predict
             ),
             frameworks=["pytorch"],
         )
+
+
+_VOLATILE = r"volatile was removed and now has no effect"
 
 
 def _in_eval_frames(fail: Failure) -> bool:
