@@ -29,7 +29,7 @@ FRAMEWORKS = {"pytorch", "tensorflow", "jax", "nccl", "host", "other"}
 
 # Measured on each half with the rules of the day: the rates may only go up, the count of
 # non-memory errors taken for memory errors may only go down.
-TOP1_FLOOR = {"dev": 0.617, "held": 0.516}
+TOP1_FLOOR = {"dev": 0.617, "held": 0.544}
 TOP3_FLOOR = {"dev": 0.914, "held": 0.772}
 RECOGNISED_FLOOR = {"dev": 0.993, "held": 0.916}
 FALSE_POSITIVES_CEILING = {"dev": 14, "held": 8}

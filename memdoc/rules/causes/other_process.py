@@ -44,6 +44,9 @@ class _Others:
     pids: tuple[int, ...]
     # False when one of the named processes may be this one, seen from a container.
     certain: bool = True
+    # True when only the framework's pool is known: the unaccounted figure is then what is
+    # left after a CUDA context and its libraries' workspaces, which the message leaves out.
+    beyond_context: bool = False
 
 
 # PyTorch's wording when a CUDA runtime call (not its allocator) returns out of memory.
@@ -217,9 +220,14 @@ keep their memory until they are stopped.
                 summary += " (Inside a container, that PID may be this process itself.)"
         else:
             signals = Signals(LIKELY if fits else POSSIBLE)
+            beyond = (
+                "this process's pool and what a CUDA context and its libraries take"
+                if others.beyond_context
+                else "this process's allocator"
+            )
             summary = (
                 f"{format_bytes(others.unaccounted_bytes)} of the GPU were used by something "
-                "other than this process's allocator: another process, or another library here."
+                f"other than {beyond}: another process, or another library here."
             )
         evidence: list[Evidence] = [
             bytes_evidence("held by other processes", held),
@@ -351,7 +359,8 @@ def _others_in_text(oom: OomInfo, total: float | None, siblings: Set[int | None]
     if this_bytes is not None:
         unaccounted = total - oom.free_bytes - this_bytes - named - siblings_bytes
     elif own_pool is not None and not oom.processes:
-        unaccounted = total - oom.free_bytes - own_pool - CONTEXT_ALLOWANCE_BYTES / 4
+        unaccounted = total - oom.free_bytes - own_pool - CONTEXT_ALLOWANCE_BYTES
+        return _Others(named, unaccounted, pids, certain, beyond_context=True)
     else:
         unaccounted = 0.0
     return _Others(named, unaccounted, pids, certain)
