@@ -8,14 +8,14 @@ from memdoc.trace.model import OomInfo
 # (tests/fixtures/corpus/incidents.jsonl, `"split": "dev"`) whose thread settled on each
 # cause. tests/rules/test_priors.py recounts them, so the table follows the corpus.
 INCIDENTS_BY_CAUSE: dict[str, int] = {
-    "activations-too-large": 103,
-    "host-oom": 62,
-    "model-too-large": 27,
-    "framework-preallocation": 23,
-    "single-allocation-too-large": 20,
+    "activations-too-large": 115,
+    "host-oom": 64,
+    "model-too-large": 29,
+    "framework-preallocation": 24,
+    "single-allocation-too-large": 22,
     "other-process": 19,
-    "leak-across-steps": 14,
-    "eval-without-no-grad": 12,
+    "leak-across-steps": 15,
+    "eval-without-no-grad": 13,
     "fragmentation": 7,
     "wrong-device": 7,
     "memory-fraction-cap": 6,
