@@ -494,3 +494,19 @@ def test_the_shells_killed_in_other_locales_is_a_host_kill(text: str) -> None:
 )
 def test_the_word_in_a_sentence_is_not_a_kill(text: str) -> None:
     assert parse_text(text) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("ERROR mlx5_0: ibv_create_cq() failed: Cannot allocate memory.\n", id="cq"),
+        pytest.param(
+            "node1:1234:1300 [0] NCCL INFO Call to ibv_reg_mr failed with error Cannot allocate "
+            "memory\n",
+            id="nccl-reg-mr",
+        ),
+    ],
+)
+def test_an_rdma_verbs_call_without_memory_hit_the_locked_memory_limit(text: str) -> None:
+    # ibverbs' ENOMEM is RLIMIT_MEMLOCK (`ulimit -l`), not RAM.
+    assert parse_text(text) is None
