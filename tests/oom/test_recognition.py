@@ -510,3 +510,18 @@ def test_the_word_in_a_sentence_is_not_a_kill(text: str) -> None:
 def test_an_rdma_verbs_call_without_memory_hit_the_locked_memory_limit(text: str) -> None:
     # ibverbs' ENOMEM is RLIMIT_MEMLOCK (`ulimit -l`), not RAM.
     assert parse_text(text) is None
+
+
+def test_a_frameworks_own_oom_beside_a_fault_on_one_line_is_still_read() -> None:
+    # A log pasted without its line breaks: the OOM first, a later illegal access after it.
+    text = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+        "total capacity of 23.65 GiB of which 1.02 GiB is free. Including non-PyTorch memory, "
+        "this process has 22.62 GiB memory in use. Of the allocated memory 21.90 GiB is "
+        "allocated by PyTorch, and 253.10 MiB is reserved by PyTorch but unallocated. "
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    )
+
+    found = parse_text(text)
+
+    assert found is not None and found.requested_bytes == 2 * 2**30
