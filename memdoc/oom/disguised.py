@@ -125,6 +125,7 @@ _PADDLE_CHUNK = loose(rf"enforce allocating < available failed, {INT} >= ({INT})
 _DEVICE = (
     loose(r"(?:CUDA|ROCM|GPU):(\d{1,4})\b"),
     loose(r"device ordinal (\d{1,4})"),
+    loose(r"\bon GPU (\d{1,4})\b"),  # PaddlePaddle: "Out of memory error on GPU 0"
     re.compile(r"^[\w.-]{1,80}:\d{1,10}:\d{1,10} \[(\d{1,4})\]"),  # NCCL's host:pid:tid [dev]
 )
 # The generic fallback: "out of memory" said as an error, not as advice or a warning.

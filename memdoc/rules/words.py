@@ -75,6 +75,8 @@ def explain_in_words(oom: OomInfo) -> str:
         clauses.append(f"Of {size(oom.total_bytes)} on {where}, {size(oom.free_bytes)} were free")
     elif oom.total_bytes:
         clauses.append(f"{where[0].upper()}{where[1:]} has {size(oom.total_bytes)}")
+    elif oom.free_bytes is not None:
+        clauses.append(f"{size(oom.free_bytes)} were free on {where}")
     holding = _holding(oom)
     if holding:
         clauses.append(holding)

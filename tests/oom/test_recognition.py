@@ -6,7 +6,7 @@ import pytest
 from oomtext import CATALOGUE, fenced, quoted
 
 from memdoc.oom import parse_text
-from memdoc.rules.engine import explain_text
+from memdoc.rules.engine import explain_in_words, explain_text
 
 ESC = "\x1b"
 JUPYTER = (
@@ -525,3 +525,19 @@ def test_a_frameworks_own_oom_beside_a_fault_on_one_line_is_still_read() -> None
     found = parse_text(text)
 
     assert found is not None and found.requested_bytes == 2 * 2**30
+
+
+def test_paddle_says_where_and_how_much_was_free_and_explain_repeats_it() -> None:
+    text = (
+        "paddle.fluid.core_avx.EnforceNotMet: Out of memory error on GPU 0. Cannot allocate "
+        "2.000000GB memory on GPU 0, 14.500000GB memory has been allocated and available memory "
+        "is only 256.000000MB.\n"
+    )
+
+    result = explain_text(text)
+
+    assert result.oom is not None
+    assert (result.oom.device, result.oom.free_bytes) == (0, 256 * 2**20)
+    assert result.oom.allocated_bytes == round(14.5 * 2**30)
+    words = explain_in_words(result.oom)
+    assert words.startswith("256 MiB were free on GPU 0; ")
