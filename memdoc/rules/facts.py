@@ -211,13 +211,29 @@ def _live_array_bytes(event: Event) -> int | None:
     return int(held) if isinstance(held, int | float) and not isinstance(held, bool) else None
 
 
+EXCEPTION_WINDOW_S = 1.0
+EXCEPTION_MATCH_CHARS = 120
+EXCEPTION_MIN_CHARS = 20
+
+
 def _exception_near(trace: Trace, oom_event: Event) -> Event | None:
-    """The exception recorded with the OOM (same process, within a second)."""
-    best: Event | None = None
-    for event in trace.events(EventKind.EXCEPTION):
-        if event.pid == oom_event.pid and abs(event.t - oom_event.t) <= 1.0:
-            best = event
-    return best
+    """The exception recorded with the OOM: of the same process, the one whose message the
+    OOM's repeats (an OOM read from stderr comes when the process has exited, a second or
+    more after its exception on a busy machine), else the last within a second."""
+    same = [e for e in trace.events(EventKind.EXCEPTION) if e.pid == oom_event.pid]
+    oom = oom_of(oom_event)
+    said = oom.message if oom is not None else ""
+    told = [e for e in same if _repeats(said, str(e.data.get("message", "")))]
+    if told:
+        return min(told, key=lambda e: abs(e.t - oom_event.t))
+    near = [e for e in same if abs(e.t - oom_event.t) <= EXCEPTION_WINDOW_S]
+    return near[-1] if near else None
+
+
+def _repeats(said: str, message: str) -> bool:
+    """The OOM's message holds the start of the exception's (the class name may lead it)."""
+    head = message.strip()[:EXCEPTION_MATCH_CHARS]
+    return len(head) >= EXCEPTION_MIN_CHARS and head in said
 
 
 def _strings(value: object) -> tuple[str, ...]:

@@ -18,10 +18,15 @@ from memdoc.rules.host import (
     on_host,
 )
 from memdoc.rules.text_trace import text_trace
-from memdoc.trace import Metric, OomInfo, SeriesKey, Trace, load_trace
+from memdoc.trace import EventKind, Metric, OomInfo, SeriesKey, Trace, load_trace
 from tests.rules.fixture_cases import RULE_FIXTURES
 from tests.rules.host_scenarios import ADAM_STATE
 from tests.rules.recorder import PID, GiB, MiB, Recorder
+
+CPU_OOM = (
+    "RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't "
+    "allocate memory: you tried to allocate 4194304 bytes. Error code 12 (Cannot allocate memory)"
+)
 
 ADAM_FAILURE = Failure(oom=OomInfo(framework="pytorch"), t=5.0, pid=PID, stack=ADAM_STATE)
 
@@ -224,3 +229,31 @@ def test_a_diagnosis_reads_the_failure_and_the_data_held_once(
     # Outside a diagnosis nothing is kept: a second diagnosis reads afresh.
     diagnose(trace)
     assert reads.count("failure") == 2
+
+
+OTHER_ERROR = "RuntimeError: something else went wrong entirely here"
+
+
+@pytest.mark.parametrize(
+    ("after_s", "message", "has_stack"),
+    [
+        pytest.param(0.3, OTHER_ERROR, True, id="within-a-second-whatever-it-says"),
+        pytest.param(1.8, CPU_OOM, True, id="read-from-stderr-later-on-a-busy-machine"),
+        pytest.param(1.8, OTHER_ERROR, False, id="later-and-another-error"),
+    ],
+)
+def test_the_failure_takes_the_stack_of_the_exception_its_message_repeats(
+    tmp_path: Path, after_s: float, message: str, has_stack: bool
+) -> None:
+    # An OOM read from stderr is recorded when the process has exited, which on a loaded
+    # machine can be more than a second after the exception the hook recorded.
+    stack = ["train.py:78:main", "torch/nn/modules/linear.py:109:__init__"]
+    rec = Recorder(tmp_path / "run.memdoc")
+    rec.event(3.0, EventKind.EXCEPTION, message=CPU_OOM[len("RuntimeError: ") :], stack=stack)
+    rec.oom(3.0 + after_s, OomInfo(framework="pytorch", kind="host-alloc", message=message))
+    rec.end(5.0, exit_code=1)
+
+    found = failure(load_trace(tmp_path / "run.memdoc"))
+
+    assert found is not None
+    assert found.stack == (tuple(stack) if has_stack else ())
