@@ -164,13 +164,14 @@ def find(log: LogText) -> list[Hit]:
                 continue
             if form.library == "cudnn" and _version_mismatch_before(log, line):
                 continue
-            if _mostly_free(log, line):
+            usage = _usage(log, line)
+            if _mostly_free(usage):
                 continue
             library = form.library
             if library == "cuda" and _cudnn_in_native_stack(log, line):
                 library = "cudnn"
             hit = _hit(log, line, window, library, form.framework, phase=form.phase)
-            if _jax_handle_not_starved(log, line, hit):
+            if _jax_handle_not_starved(log, line, hit, usage):
                 continue
             hits.append(hit)
     return hits
@@ -198,19 +199,19 @@ def _usage(log: LogText, line: int) -> tuple[int, int] | None:
     return None
 
 
-def _mostly_free(log: LogText, line: int) -> bool:
+def _mostly_free(usage: tuple[int, int] | None) -> bool:
     """Most of the device was free when the failure came: not for lack of memory."""
-    usage = _usage(log, line)
     return usage is not None and usage[1] > 0 and usage[0] >= MOSTLY_FREE * usage[1]
 
 
-def _jax_handle_not_starved(log: LogText, line: int, hit: Hit) -> bool:
+def _jax_handle_not_starved(
+    log: LogText, line: int, hit: Hit, usage: tuple[int, int] | None
+) -> bool:
     """A cuDNN handle that JAX could not create, on a device not shown nearly full. JAX keeps
     a quarter of the device out of its pool, and in its threads this failure is a jaxlib
     built for another CUDA or cuDNN far more often than memory."""
     if hit.info.framework != "jax" or "could not create cudnn handle" not in log.lower_head(line):
         return False
-    usage = _usage(log, line)
     return usage is None or usage[1] <= 0 or usage[0] >= NEARLY_FULL * usage[1]
 
 

@@ -176,7 +176,7 @@ def _failure(trace: Trace) -> Failure | None:
     oom = oom_of(event)
     if oom is None:
         return None
-    exception = _exception_near(trace, event)
+    exception = _exception_near(trace, event, oom.message)
     stack = _strings(event.data.get("stack")) or (
         _strings(exception.data.get("stack")) if exception else ()
     )
@@ -216,13 +216,11 @@ EXCEPTION_MATCH_CHARS = 120
 EXCEPTION_MIN_CHARS = 20
 
 
-def _exception_near(trace: Trace, oom_event: Event) -> Event | None:
+def _exception_near(trace: Trace, oom_event: Event, said: str) -> Event | None:
     """The exception recorded with the OOM: of the same process, the one whose message the
     OOM's repeats (an OOM read from stderr comes when the process has exited, a second or
     more after its exception on a busy machine), else the last within a second."""
     same = [e for e in trace.events(EventKind.EXCEPTION) if e.pid == oom_event.pid]
-    oom = oom_of(oom_event)
-    said = oom.message if oom is not None else ""
     told = [e for e in same if _repeats(said, str(e.data.get("message", "")))]
     if told:
         return min(told, key=lambda e: abs(e.t - oom_event.t))
@@ -279,10 +277,9 @@ def library_name(oom: OomInfo) -> str:
 def frameworks(trace: Trace, oom: OomInfo | None = None) -> list[str]:
     """GPU frameworks involved: those the program imported, and the one the error names."""
     found = [f for f in trace.frameworks() if f in GPU_FRAMEWORKS]
-    named = oom is not None and (
-        oom.framework in GPU_FRAMEWORKS or oom.framework in UNWATCHED_FRAMEWORK_NAMES
-    )
-    if oom is not None and named and oom.framework not in found:
+    if oom is None or oom.framework in found:
+        return found
+    if oom.framework in GPU_FRAMEWORKS or oom.framework in UNWATCHED_FRAMEWORK_NAMES:
         found.insert(0, oom.framework)
     return found
 
@@ -408,6 +405,11 @@ def _key(series: Series) -> tuple[str, int | None, int | None]:
 
 def framework_name(framework: str) -> str:
     return FRAMEWORK_NAMES.get(framework) or UNWATCHED_FRAMEWORK_NAMES.get(framework, framework)
+
+
+def framework_names(frameworks: Iterable[str]) -> str:
+    """ "PyTorch and TensorFlow": the frameworks as a sentence names them."""
+    return " and ".join(framework_name(f) for f in frameworks)
 
 
 def device_name(device: int | None) -> str:

@@ -8,6 +8,7 @@ from memdoc.rules.facts import (
     Failure,
     failure,
     framework_name,
+    framework_names,
     frameworks,
     library_name,
     starved_library,
@@ -125,7 +126,7 @@ create cudnn handle", "Failed to get convolution algorithm", `CUBLAS_STATUS_NOT_
         """cuDNN, cuBLAS or NCCL found no memory: the classic sign of preallocation."""
         library = library_name(fail.oom)
         if involved:
-            names = " and ".join(framework_name(f) for f in involved)
+            names = framework_names(involved)
             summary = (
                 f"{library} could not get memory in a {names} program: {names} preallocates "
                 "the GPU by default, leaving little for libraries outside its pool."
@@ -148,7 +149,7 @@ create cudnn handle", "Failed to get convolution algorithm", `CUBLAS_STATUS_NOT_
 
     def _own_growth_failed(self, trace: Trace, fail: Failure, involved: list[str]) -> Finding:
         """The framework's own request to the driver failed: another preallocating program?"""
-        names = " and ".join(framework_name(f) for f in involved)
+        names = framework_names(involved)
         summary = (
             f"{names} could not get memory from the driver: another {names} program on the "
             "same GPU may have preallocated it."

@@ -11,6 +11,7 @@ from memdoc.rules.facts import (
     failure,
     framework_devices,
     framework_name,
+    framework_names,
     starved_library,
 )
 from memdoc.rules.ledger import pool_bytes
@@ -118,7 +119,7 @@ initialization failed", "Could not create cudnn handle".
         if outside is not None:
             return outside
         if len(named) >= 2 and fail.oom.device_type != "cpu":
-            pretty = " and ".join(framework_name(n) for n in named)
+            pretty = framework_names(named)
             summary = (
                 f"The error names {pretty}: two frameworks in one process each keep a pool on "
                 "the GPU, and the first to start can leave too little for the other."
@@ -166,7 +167,7 @@ initialization failed", "Could not create cudnn handle".
             share_evidence("outside the pool / device", outside / total),
         ]
         if others:
-            pretty = " and ".join(framework_name(n) for n in others)
+            pretty = framework_names(others)
             summary = (
                 f"This process held {format_bytes(outside)} outside {framework}'s pool, and the "
                 f"log names {pretty}: its pool in the same process took the memory."
@@ -195,7 +196,7 @@ initialization failed", "Could not create cudnn handle".
         for device, names in sorted(by_device.items()):
             if len(names) < 2:
                 continue
-            pretty = " and ".join(framework_name(n) for n in names)
+            pretty = framework_names(names)
             summary = f"{pretty} both kept memory pools on GPU {device}."
             evidence = [count_evidence(f"frameworks with a pool on GPU {device}", len(names))]
             signals = Signals.of(LIKELY, ended_in_failure=had_failure)
