@@ -448,7 +448,7 @@ def test_a_pool_failure_inside_cudnn_native_frames_is_cudnns() -> None:
     result = explain_text(text)
 
     assert result.oom is not None and result.oom.library == "cudnn"
-    assert result.findings[0].rule == "cudnn-workspace"
+    assert "cudnn-workspace" in [f.rule for f in result.findings[:2]]
 
 
 def test_a_cudnn_word_outside_the_native_stack_does_not_make_it_cudnns() -> None:

@@ -798,3 +798,51 @@ def test_a_hint_on_the_lines_right_after_the_error_is_read_with_it(gap: str, fir
     )
 
     assert (_finding(text, "cuda-graph-pools") is not None) == fires
+
+
+@pytest.mark.parametrize(
+    ("text", "word"),
+    [
+        pytest.param(
+            "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling "
+            "`cublasCreate(handle)`",
+            "weak",
+            id="pytorch-names-itself",
+        ),
+        pytest.param("RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED", "weak", id="aten"),
+        pytest.param(
+            "Could not create cudnn handle: CUDNN_STATUS_ALLOC_FAILED", "possible", id="unnamed"
+        ),
+        pytest.param(
+            "tensorflow.python.framework.errors_impl.UnknownError: Failed to get convolution "
+            "algorithm. This is probably because cuDNN failed to initialize",
+            "likely",
+            id="tensorflow",
+        ),
+    ],
+)
+def test_a_starved_library_blames_preallocation_only_where_a_framework_may_preallocate(
+    text: str, word: str
+) -> None:
+    # PyTorch never fills the GPU up front: a TensorFlow or JAX program beside it could.
+    findings = explain_text(text).findings
+    confidence = _finding(text, "framework-preallocation")
+
+    assert confidence is not None and confidence_word(confidence) == word
+    if word == "weak":
+        assert "does not fill the GPU up front" in next(
+            f.summary for f in findings if f.rule == "framework-preallocation"
+        )
+
+
+def test_a_request_most_of_the_card_beside_what_the_job_keeps_is_one_allocation_possibly() -> None:
+    # In real threads a smaller input settled these more often than a fix of one tensor.
+    text = (
+        "RuntimeError: CUDA out of memory. Tried to allocate 6.41 GiB (GPU 0; 10.92 GiB total "
+        "capacity; 7.46 GiB already allocated; 2.10 GiB free; 7.60 GiB reserved in total by "
+        "PyTorch)"
+    )
+
+    confidence = _finding(text, "single-allocation-too-large")
+
+    assert confidence is not None and confidence_word(confidence) == "possible"

@@ -109,11 +109,12 @@ already full, cuDNN cannot even create its handle ("Failed to get convolution al
             summary = "Every convolution algorithm tried needed more scratch memory than allowed."
             return self.finding(trace, Signals(STRONG), summary, evidence, frameworks=involved)
         if oom.library == "cudnn":
-            preallocating = any(f in ("tensorflow", "jax") for f in involved)
             summary = "cuDNN could not get memory for its handle or its convolution workspace."
             return self.finding(
                 trace,
-                Signals(POSSIBLE if preallocating else LIKELY),
+                # Possible, not likely: in real threads a cuDNN failure was settled by
+                # memory growth or a smaller batch as often as by the workspace itself.
+                Signals(POSSIBLE),
                 summary,
                 [],
                 to_confirm=(

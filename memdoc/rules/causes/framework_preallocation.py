@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from memdoc.rules.base import Evidence, Finding, Fix
-from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals
+from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
 from memdoc.rules.facts import (
     Failure,
     failure,
@@ -132,12 +132,21 @@ create cudnn handle", "Failed to get convolution algorithm", `CUBLAS_STATUS_NOT_
                 "the GPU by default, leaving little for libraries outside its pool."
             )
             signals = Signals(LIKELY)
-        else:
+        elif fail.oom.framework in ("unknown", "", "host"):
             summary = (
                 f"{library} could not get memory: the usual cause is a GPU filled up front by "
                 "TensorFlow or JAX."
             )
             signals = Signals(POSSIBLE)
+        else:
+            # A framework that does not preallocate (PyTorch) meets such a GPU only through
+            # another program or a second framework beside it.
+            summary = (
+                f"{library} could not get memory in a {framework_name(fail.oom.framework)} "
+                "program, which does not fill the GPU up front: a TensorFlow or JAX program "
+                "beside it may have."
+            )
+            signals = Signals(WEAK)
         return self.finding(
             trace,
             signals,

@@ -312,7 +312,9 @@ volume processed at once, or a convolution asking for a huge workspace.
             f"{format_bytes(total)} {capacity.label} has left beside the "
             f"{format_bytes(kept)} the job keeps."
         )
-        return self.finding(trace, Signals(LIKELY), summary, evidence, frameworks=involved)
+        # Possible, not likely: in real threads a request this size beside what the job kept
+        # was settled by a smaller input or batch more often than by a fix of the one tensor.
+        return self.finding(trace, Signals(POSSIBLE), summary, evidence, frameworks=involved)
 
     def _dominant(
         self, trace: Trace, fail: Failure, limit: Limit, requested: float, involved: list[str]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from memdoc.rules.base import Evidence, Finding, Fix
-from memdoc.rules.confidence import LIKELY, WEAK, Signals
+from memdoc.rules.confidence import LIKELY, POSSIBLE, WEAK, Signals
 from memdoc.rules.facts import Failure, failure, frameworks, specific_library
 from memdoc.rules.host import data_held
 from memdoc.rules.spec import (
@@ -183,10 +183,10 @@ sequences scale the temporaries.
         if oom.xla_temp_bytes:
             summary += f": {format_bytes(oom.xla_temp_bytes)} of temporaries"
         summary += "."
-        # Likely, not strong: in real threads the plan's excess was as often settled by a
-        # smaller batch, a chunked shape or a larger device as by remat or donation.
+        # Possible, not likely: in real threads the plan's excess was settled by a smaller
+        # batch, a chunked shape or a larger device more often than by remat or donation.
         signals = Signals.of(
-            LIKELY, temporaries_dominate=temp_dominates, buffers_listed=bool(oom.xla_buffers)
+            POSSIBLE, temporaries_dominate=temp_dominates, buffers_listed=bool(oom.xla_buffers)
         )
         return self.finding(trace, signals, summary, evidence, frameworks=involved or ["jax"])
 
