@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from memdoc.oom import bfc, disguised, headline, host, pytorch, tensorflow, xla
 from memdoc.oom.combine import combine
+from memdoc.oom.limits import other_limit
 from memdoc.oom.logtext import Hit, LogText
 from memdoc.trace.model import OomInfo
 
@@ -46,6 +47,19 @@ def _a_fault(log: LogText, hit: Hit) -> bool:
     return any(word in log.lower_head(hit.line, 2000) for word in _FAULT_WORDS)
 
 
+# Kinds whose words ("Cannot allocate memory", ResourceExhaustedError) other limits share.
+_SHARED_WORDS_KINDS = ("host-alloc", "shm", "allocator", "disguised")
+
+
+def _another_limit(log: LogText, hit: Hit) -> bool:
+    """A failure whose own lines (and the two around them) name a limit that is not the
+    memory's size: the locked-memory limit, the count of memory maps, a disk quota."""
+    if hit.info.kind not in _SHARED_WORDS_KINDS:
+        return False
+    around = range(max(0, hit.line - 2), min(len(log.lines), max(hit.end, hit.line) + 3))
+    return other_limit("\n".join(log.head(index, 2000) for index in around)) is not None
+
+
 def parse_all(text: str) -> list[OomInfo]:
     """Every memory error in `text`, in order of appearance, echoes of one error merged."""
     if not isinstance(text, str):
@@ -60,7 +74,11 @@ def parse_all(text: str) -> list[OomInfo]:
             found = parser(log)
         except Exception:  # one parser's bug must not hide the others' findings
             continue
-        hits.extend(replace(hit, priority=priority) for hit in found if not _a_fault(log, hit))
+        hits.extend(
+            replace(hit, priority=priority)
+            for hit in found
+            if not _a_fault(log, hit) and not _another_limit(log, hit)
+        )
     try:
         return combine(hits, log)
     except Exception:  # explain and the OOM hooks must never crash on a log

@@ -92,9 +92,6 @@ _MEMORY_ERROR = re.compile(r"^(?:[\w.]{0,80}\.)?_?(?:Array)?MemoryError\b")
 # numpy's own class named in full as an error ("...: Unable to allocate"), anywhere on a line.
 _NUMPY_MEMORY_ERROR = re.compile(r"\bnumpy\.core\._exceptions\._ArrayMemoryError:")
 _REQUESTED = re.compile(r"(?:allocate|mmap) (\d{1,25}) bytes", re.I)
-# An RDMA (InfiniBand) verbs call that fails with ENOMEM hit the locked-memory limit
-# (`ulimit -l`, Docker's 64 MiB default), not a lack of RAM.
-_VERBS = re.compile(r"\bibv_\w{2,40}\b")
 # macOS malloc prints the size a line or two above "can't allocate region" / bad_alloc.
 _MACH_VM_MAP = re.compile(r"mach_vm_map\(size=(\d{1,25})\) failed")
 # Torch7's TH (and PyTorch's CPU allocator before 1.0): "Torch: not enough memory: you tried to
@@ -284,8 +281,6 @@ def _host_alloc(log: LogText) -> list[Hit]:
     ):
         for line, column in log.anchors(needle):
             text = log.lines[line][max(0, column - 300) : column + 300]
-            if _VERBS.search(text):
-                continue
             above = " ".join(log.head(back, 300) for back in range(max(0, line - 3), line + 1))
             requested = _requested(text) or to_int(first_group(_MACH_VM_MAP.search(above)))
             info = _info(

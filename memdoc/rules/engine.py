@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memdoc.oom import parse_text
+from memdoc.oom.limits import other_limit
 from memdoc.rules.base import Finding, Rule, RunRule
 from memdoc.rules.confidence import LIKELY, TEXT_ONLY_CAP, WEAK, Signals, capped
 from memdoc.rules.facts import one_reading
@@ -126,6 +127,8 @@ class Explanation:
     oom: OomInfo | None
     findings: list[Finding] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # With no memory error: the limit other than memory that the text names, in words.
+    other_limit: str | None = None
 
 
 def explain_text(text: str) -> Explanation:
@@ -135,7 +138,7 @@ def explain_text(text: str) -> Explanation:
     """
     oom = parse_text(text)
     if oom is None:
-        return Explanation(None)
+        return Explanation(None, other_limit=other_limit(text[-_LIMIT_TAIL_CHARS:]))
     trace = text_trace(text, oom)
     findings = diagnose(trace)
     if is_bare(oom):
@@ -145,6 +148,9 @@ def explain_text(text: str) -> Explanation:
         findings = sort_findings([*findings, *_common_causes(trace, oom, findings, UNSURE_WHY)])
     return Explanation(oom, findings, list(trace.warnings))
 
+
+# Where a text without a memory error is searched for a limit it names: its end.
+_LIMIT_TAIL_CHARS = 20_000
 
 BARE_WHY = "The error gives no figures for the device, so the text alone cannot tell"
 UNSURE_WHY = "No cause stands out in the error's figures"

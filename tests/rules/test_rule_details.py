@@ -846,3 +846,24 @@ def test_a_request_most_of_the_card_beside_what_the_job_keeps_is_one_allocation_
     confidence = _finding(text, "single-allocation-too-large")
 
     assert confidence is not None and confidence_word(confidence) == "possible"
+
+
+@pytest.mark.parametrize(
+    ("text", "word"),
+    [
+        pytest.param("out of memory running the model in the server", "possible", id="no-device"),
+        pytest.param("OSError: [Errno 12] Cannot allocate memory", "strong", id="errno"),
+        pytest.param(
+            "RuntimeError: [enforce fail at alloc_cpu.cpp:114] data. DefaultCPUAllocator: not "
+            "enough memory: you tried to allocate 2147483648 bytes.",
+            "strong",
+            id="cpu-allocator",
+        ),
+    ],
+)
+def test_an_allocation_is_the_hosts_for_sure_only_where_the_text_names_the_host(
+    text: str, word: str
+) -> None:
+    confidence = _finding(text, "host-oom")
+
+    assert confidence is not None and confidence_word(confidence) == word

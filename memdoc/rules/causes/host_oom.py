@@ -353,6 +353,12 @@ shared memory show that the host itself was the limit.
 
 
 _BAD_ALLOC = r"std::bad_alloc"
+# The words of a failure that is the host's by what it names: its allocator, RAM, an errno.
+_HOST_NAMED = (
+    r"\bcpu|host|\bram\b|system memory|swap|malloc|calloc|MemoryError|bad_alloc|mmap|errno"
+    r"|cannot allocate memory|insufficient memory|not enough memory|can't allocate region"
+    r"|java\.lang|paging file|memory limit|oom-kill|numpy"
+)
 # A compiler the kernel killed: an extension built with too many parallel jobs.
 _COMPILER = r"cc1plus|\bcicc\b|\bnvcc\b|\bninja\b"
 
@@ -398,6 +404,10 @@ def _failed_allocation(
             "machine has."
         )
         return Signals(WEAK), summary, "watch the process's memory as it fails (`memdoc run`)"
+    if trace.is_text_only and not fail.says(_HOST_NAMED):
+        # A bare "out of memory" that names no device: the host's only as often as not.
+        summary = "An allocation failed, and the text names no GPU: host memory (RAM) ran out."
+        return Signals(POSSIBLE), summary, "watch the process's memory as it fails (`memdoc run`)"
     if trace.is_text_only:
         return Signals(STRONG), "An allocation in host memory (RAM) failed.", None
     if gpu_recorded(trace):

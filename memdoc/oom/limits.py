@@ -1,0 +1,65 @@
+"""Failures that name a limit other than the memory's size: locked memory, memory maps, quota.
+
+"Cannot allocate memory" (ENOMEM) and TensorFlow's ResourceExhaustedError also come from
+limits that more memory would not lift: the locked-memory limit (`mlock`, RDMA verbs and UCX
+registering buffers), the count of memory maps a process may hold (`vm.max_map_count`: a
+mapping of a few pages refused) and a disk quota. In public threads such errors were settled by
+raising that limit, never by freeing memory, so they are not read as memory errors.
+"""
+
+from __future__ import annotations
+
+import re
+
+from memdoc.oom.fields import to_bytes
+
+# A mapping this small refused with ENOMEM is a limit on mappings, not a lack of memory.
+TINY_MAPPING_BYTES = 64 * 1024
+
+# RDMA verbs (`ibv_*`) failing with ENOMEM hit the locked-memory limit too (Docker's 64 MiB).
+_LOCKED = re.compile(
+    r"\bmlock\b|rlimit_mlock|ulimit -l\b|max locked memory|\bmemlock\b|\bibv_\w{2,40}\b",
+    re.I,
+)
+_MAP_COUNT = re.compile(r"max_map_count", re.I)
+_MAPPING = re.compile(
+    r"\bmmap\s{1,4}(\d{1,20}(?:\.\d{1,4})?)\s{0,2}(bytes|[KMG]i?B)\b"
+    r"|\bmap (\d{1,20}) bytes\b",
+    re.I,
+)
+_QUOTA = re.compile(r"disk quota exceeded", re.I)
+
+LOCKED_MEMORY = (
+    "it names the locked-memory limit (`ulimit -l`, RLIMIT_MLOCK), not the memory's size: "
+    "raise that limit (Docker: `--ulimit memlock=-1`) or turn memory locking off"
+)
+MAP_COUNT = (
+    "a mapping of a few pages was refused: the process reached its limit on memory maps "
+    "(`vm.max_map_count`; raise it with `sysctl -w vm.max_map_count=1048576`) or an "
+    "address-space cap (`ulimit -v`), not the end of RAM"
+)
+QUOTA = "it names a disk quota, not memory: free disk space or write elsewhere"
+
+
+def other_limit(text: str) -> str | None:
+    """Why `text` fails on a limit that is not the memory's size, or None when it does not."""
+    if _LOCKED.search(text):
+        return LOCKED_MEMORY
+    if _MAP_COUNT.search(text) or _tiny_mapping(text):
+        return MAP_COUNT
+    if _QUOTA.search(text):
+        return QUOTA
+    return None
+
+
+def _tiny_mapping(text: str) -> bool:
+    for match in _MAPPING.finditer(text):
+        if match.group(3) is not None:
+            size: float | None = float(match.group(3))
+        elif match.group(2).lower() == "bytes":
+            size = float(match.group(1))
+        else:
+            size = to_bytes(f"{match.group(1)} {match.group(2)}")
+        if size is not None and 0 < size <= TINY_MAPPING_BYTES:
+            return True
+    return False
