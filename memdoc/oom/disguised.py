@@ -80,6 +80,9 @@ _FORMS = (
     # TensorFlow's driver layer, also when a thread cut the line before its
     # "from device: CUDA_ERROR_OUT_OF_MEMORY".
     _Form("] failed to allocate ", "cuda", "tensorflow", also="cuda_driver"),
+    # The same layer on ROCm: "rocm_driver.cc:601] failed to allocate 7.35G (7889485824
+    # bytes) from device: hipError_t(1002)" (1002: HIP's old code for a failed allocation).
+    _Form("] failed to allocate ", "hip", "tensorflow", also="rocm_driver"),
     # RAPIDS (cuDF, cuML) through RMM: its pool reached its maximum, or the device was full.
     _Form("maximum pool size exceeded", "rmm"),
     _Form("std::bad_alloc: out_of_memory", "rmm"),

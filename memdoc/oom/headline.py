@@ -21,7 +21,9 @@ MAX_CHARS = 240
 
 _DEVICE_MEMORY = re.compile(
     r"\bout[ -]?of[ -]memory\b|\bOOM(?:s|ed)?\b|\bmemory error\b"
-    r"|\bran out of (?:gpu |vram )?memory|\b(?:device|gpu|cuda) allocation (?:error|failed)\b",
+    r"|\bran out of (?:gpu |vram )?memory|\b(?:device|gpu|cuda) allocation (?:error|failed)\b"
+    # Chinese: video memory (显存) or memory (内存) not enough, overflowing, blown up.
+    r"|(?:显存|内存)(?:不足|不够|溢出|爆了|爆炸|泄露|泄漏)|爆(?:显存|内存)",
     re.I,
 )
 # The shell's own word, quoted by whoever wrote the line ('"Killed" without any error'), or
@@ -45,13 +47,14 @@ _CODE = re.compile(
     r"^(?:raise|return|print|assert)\b.*[(\"']"
     r"|\bin str\(|==\s{0,3}[\"']|:\s*$"
 )
-_HOST_WORDS = re.compile(r"\b(?:RAM|host memory|system memory|CPU memory|swap)\b", re.I)
-_GPU_WORDS = re.compile(r"\b(?:cuda|gpu|gpus|vram|hip|rocm|mps|device)\b", re.I)
+_HOST_WORDS = re.compile(r"\b(?:RAM|host memory|system memory|CPU memory|swap)\b|内存", re.I)
+_GPU_WORDS = re.compile(r"\b(?:cuda|gpu|gpus|vram|hip|rocm|mps|device)\b|显存", re.I)
 # Not a failure: "how to avoid OOM", "no OOM", "not out of memory", "OOM-free".
 _NOT_AN_ERROR = re.compile(
     r"\b(?:avoid|avoiding|prevent|preventing|without|no|not|never|reduce|reducing)\s+"
     r"(?:an?\s+|the\s+|any\s+)?(?:cuda\s+|gpu\s+)?(?:oom|out[ -]of[ -]memory|memory error)"
-    r"|\b(?:oom|out[ -]of[ -]memory)[ -]free\b",
+    r"|\b(?:oom|out[ -]of[ -]memory)[ -]free\b"
+    r"|(?:避免|防止|减少|没有|不会)\s?(?:显存|内存)",  # "how to avoid running out of VRAM"
     re.I,
 )
 

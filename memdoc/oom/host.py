@@ -83,6 +83,14 @@ _EXIT_NEEDLES = (
 _PID = re.compile(r"\(pid:? (\d{1,10})\)|by PID (\d{1,10})|process (\d{1,10})", re.I)
 _TORCHRUN_RANK = re.compile(r"^rank\s{0,8}:\s{0,4}(\d{1,6})")
 _BUS_ERROR = re.compile(r"(?:^|\d\s{1,10}|:\s{0,3})Bus error\b")
+# A process ended by SIGBUS as a launcher reports it: DeepSpeed's "exits with return code =
+# -7", torchrun's "exitcode: -7", a shell's 135, Python's <Signals.SIGBUS: 7>.
+_EXIT_BUS = re.compile(
+    _EXIT_STATUS.replace("(?:137|-9)", "(?:135|-7)")
+    + r"|non-zero exit status (?:135|-7)\b|<Signals\.SIGBUS: 7>|\bSignal 7 \(SIGBUS\)",
+    re.I,
+)
+_EXIT_BUS_NEEDLES = ("exit code", "exit status", "exitcode", "return code", "sigbus")
 _SHM_CUES = ("/dev/shm", "</torch_", "shared memory", "shm")
 _NUMPY = loose(
     rf"Unable to allocate ({SIZE}) for an array with shape (\([\d, ]{{0,300}}\))"
@@ -240,6 +248,12 @@ def _shm(log: LogText) -> list[Hit]:
             continue
         info = _info(log, line, "shm")
         hits.append(Hit(line=line, end=line, info=info, rank=info.rank))
+    for needle in _EXIT_BUS_NEEDLES:
+        for line, column in log.anchors(needle):
+            text = log.lines[line][max(0, column - 100) : column + 100]
+            if _EXIT_BUS.search(text) is not None:
+                info = _info(log, line, "shm")
+                hits.append(Hit(line=line, end=line, info=info, rank=info.rank, key=("sigbus",)))
     for line, column in log.anchors("no space left on device"):
         lowered = log.lower[log.starts[line] : log.starts[line] + column + 200][-600:]
         if not any(cue in lowered for cue in _SHM_CUES):

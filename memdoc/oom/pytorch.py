@@ -36,6 +36,7 @@ _ALLOCATOR_NEEDLES = (
     "xpu out of memory",
     "torch.outofmemoryerror",
     "torch.cuda.outofmemoryerror",
+    "outofmemoryerror ",  # IPython's traceback header: the class, padded, then "Traceback"
     "mps backend out of memory",
     "cuda runtime error (2)",
     "cuda runtime err(2)",
@@ -44,9 +45,13 @@ _ALLOCATOR_NEEDLES = (
 )
 _CPU_NEEDLE = "defaultcpuallocator"
 
-# The class name without a message counts only as the exception line that names it.
-# (followed by its message, or alone on its line; not named in a sentence).
-_EXCEPTION = re.compile(r"^(?:torch\.)?(?:cuda\.)?OutOfMemoryError(?::\s*\S|\s*$)")
+# The class name without a message counts only as the exception line that names it
+# (followed by its message, or alone on its line; not named in a sentence), or as the header
+# of IPython's traceback, which names the class before the frames.
+_EXCEPTION = re.compile(
+    r"^(?:torch\.)?(?:cuda\.)?OutOfMemoryError"
+    r"(?::\s*\S|\s*$|\s{2,}Traceback \(most recent call last\))"
+)
 
 _REQUESTED = loose(rf"(?:tried|trying) to allocate (more than )?({SIZE})")
 # 1.0-2.0: "(GPU 0; 11.17 GiB total capacity; 10.90 GiB already allocated; ...)".

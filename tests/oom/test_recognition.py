@@ -541,3 +541,104 @@ def test_paddle_says_where_and_how_much_was_free_and_explain_repeats_it() -> Non
     assert result.oom.allocated_bytes == round(14.5 * 2**30)
     words = explain_in_words(result.oom)
     assert words.startswith("256 MiB were free on GPU 0; ")
+
+
+@pytest.mark.parametrize(
+    ("text", "framework"),
+    [
+        pytest.param(
+            "-----------------------------------------------------------------------\n"
+            "OutOfMemoryError                          Traceback (most recent call last)\n"
+            "Cell In[21], line 2\n"
+            "----> 2 eval_metrics = trainer.evaluate(metric_key_prefix='eval')\n",
+            "pytorch",
+            id="pytorch-cut-before-its-message",
+        ),
+        pytest.param(
+            "ResourceExhaustedError                    Traceback (most recent call last)\n"
+            "<ipython-input-3-abc> in <module>\n"
+            "----> 1 model.fit(x, y)\n",
+            "tensorflow",
+            id="tensorflow",
+        ),
+    ],
+)
+def test_ipythons_traceback_header_names_the_memory_error(text: str, framework: str) -> None:
+    found = parse_text(text)
+
+    assert found is not None and found.framework == framework
+
+
+def test_a_traceback_header_is_read_for_the_phase_its_frames_show() -> None:
+    text = (
+        "OutOfMemoryError                          Traceback (most recent call last)\n"
+        "----> 2 eval_metrics = trainer.evaluate(metric_key_prefix='eval')\n"
+    )
+
+    found = parse_text(text)
+
+    assert found is not None and found.phase == "eval"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("except OutOfMemoryError as error:\n    retry()\n", id="an-except-clause"),
+        pytest.param("OutOfMemoryError handling is documented here", id="a-sentence"),
+    ],
+)
+def test_the_class_name_in_code_or_prose_is_no_error(text: str) -> None:
+    assert parse_text(text) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        pytest.param("[launch.py:315] exits with return code = -7", "shm", id="deepspeed"),
+        pytest.param(
+            "ChildFailedError:\n  exitcode  : -7 (pid: 4242)\n  error_file: <N/A>",
+            "shm",
+            id="torchrun",
+        ),
+        pytest.param("Process finished with exit code 135", "shm", id="shell"),
+        pytest.param("died with <Signals.SIGBUS: 7>.", "shm", id="python"),
+        pytest.param("Process finished with exit code 1357", None, id="another-code"),
+        pytest.param("exits with return code = -70", None, id="a-longer-code"),
+    ],
+)
+def test_a_process_ended_by_sigbus_ran_out_of_shared_memory(text: str, kind: str | None) -> None:
+    found = parse_text(text)
+
+    assert (found.kind if found else None) == kind
+
+
+def test_tensorflow_on_rocm_failing_to_allocate_from_the_device_is_a_device_error() -> None:
+    text = (
+        "2019-01-08 19:06:11.303639: E tensorflow/stream_executor/rocm/rocm_driver.cc:601] "
+        "failed to allocate 7.35G (7889485824 bytes) from device: hipError_t(1002)\n"
+    )
+
+    found = parse_text(text)
+    findings = explain_text(text).findings
+
+    assert found is not None and (found.framework, found.library) == ("tensorflow", "hip")
+    assert found.requested_bytes == 7889485824
+    assert findings[0].rule == "framework-preallocation"
+
+
+@pytest.mark.parametrize(
+    ("text", "device_type"),
+    [
+        pytest.param("训练时显存不足", "gpu", id="video-memory-not-enough"),
+        pytest.param("内存溢出", "cpu", id="memory-overflow"),
+        pytest.param("GPU 内存不足", "gpu", id="gpu-named"),
+        pytest.param("如何避免显存不足", None, id="how-to-avoid"),
+        pytest.param("显存占用很高", None, id="high-usage-is-no-error"),
+    ],
+)
+def test_a_chinese_headline_of_running_out_of_memory_is_read(
+    text: str, device_type: str | None
+) -> None:
+    found = parse_text(text)
+
+    assert (found.device_type if found else None) == device_type

@@ -118,7 +118,7 @@ create cudnn handle", "Failed to get convolution algorithm", `CUBLAS_STATUS_NOT_
         involved = [f for f in frameworks(trace, oom) if f in PREALLOCATING]
         if outside:
             return self._starved_library(trace, fail, involved)
-        if involved and oom.library == "cuda":
+        if involved and oom.library in ("cuda", "hip"):
             return self._own_growth_failed(trace, fail, involved)
         return None
 
