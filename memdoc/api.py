@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable, Coroutine, Generator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
@@ -193,10 +194,75 @@ class watch:
     # -- decorator ------------------------------------------------------------------------
 
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
+        """Watch each call of `func`: for a coroutine or generator function, while it runs
+        (awaited or iterated), not only while the call makes the coroutine or generator."""
+        if inspect.iscoroutinefunction(func):
+            return self._watching_coroutine(func)  # type: ignore[return-value]
+        if inspect.isasyncgenfunction(func):
+            return self._watching_async_generator(func)  # type: ignore[return-value]
+        if inspect.isgeneratorfunction(func):
+            return self._watching_generator(func)  # type: ignore[return-value]
+
         @functools.wraps(func)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            with watch(self._asked, interval=self.interval, force=self.force, quiet=self.quiet):
+            with self._again():
                 return func(*args, **kwargs)
+
+        return wrapper
+
+    def _again(self) -> watch:
+        """A fresh watch of the same trace, for one call of a decorated function."""
+        return watch(self._asked, interval=self.interval, force=self.force, quiet=self.quiet)
+
+    def _watching_coroutine(
+        self, func: Callable[P, Coroutine[Any, Any, Any]]
+    ) -> Callable[P, Coroutine[Any, Any, Any]]:
+        @functools.wraps(func)
+        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+            with self._again():
+                return await func(*args, **kwargs)
+
+        return wrapper
+
+    def _watching_generator(
+        self, func: Callable[P, Generator[Any, Any, Any]]
+    ) -> Callable[P, Generator[Any, Any, Any]]:
+        @functools.wraps(func)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> Generator[Any, Any, Any]:
+            with self._again():
+                return (yield from func(*args, **kwargs))
+
+        return wrapper
+
+    def _watching_async_generator(
+        self, func: Callable[P, AsyncGenerator[Any, Any]]
+    ) -> Callable[P, AsyncGenerator[Any, Any]]:
+        @functools.wraps(func)
+        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> AsyncGenerator[Any, Any]:
+            with self._again():
+                inner = func(*args, **kwargs)
+                # What `yield from` does for a generator, by hand: values sent and exceptions
+                # thrown in reach the wrapped generator unchanged.
+                try:
+                    value = await inner.__anext__()
+                except StopAsyncIteration:
+                    return
+                while True:
+                    try:
+                        sent = yield value
+                    except GeneratorExit:
+                        await inner.aclose()
+                        raise
+                    except BaseException as exc:  # thrown in by the caller: pass it on
+                        try:
+                            value = await inner.athrow(exc)
+                        except StopAsyncIteration:
+                            return
+                    else:
+                        try:
+                            value = await inner.asend(sent)
+                        except StopAsyncIteration:
+                            return
 
         return wrapper
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import stat
 import sys
@@ -23,6 +24,17 @@ FINDINGS_EXIT_HELP = (
     "exit status: 0 no memory problem found, 3 memory problem found (a memory error or a "
     "finding), 1 memdoc itself failed, 2 usage error or an input it cannot use"
 )
+
+
+def seconds(text: str) -> float:
+    """An argparse type for an interval: a finite, positive number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds: {text!r}")
+    return value
 
 
 def findings_exit_code(found: bool) -> int:

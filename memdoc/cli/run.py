@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from memdoc.cli.common import check_output_path, warn
+from memdoc.cli.common import check_output_path, seconds, warn
 from memdoc.cli.serve import serving_metrics
 from memdoc.errors import MemdocError
 from memdoc.metrics.identity import job_identity
@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--interval",
-        type=float,
+        type=seconds,
         default=0.1,
         metavar="S",
         help="sampling interval in seconds (default 0.1)",
@@ -84,7 +84,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="ADDR",
         help="address the metrics are served on (default 127.0.0.1; 0.0.0.0 for every interface)",
     )
-    parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module, like python -m")
+    # Like python's -m, it ends memdoc's options: whatever follows is the module's own.
+    parser.add_argument(
+        "-m",
+        dest="module",
+        nargs=argparse.REMAINDER,
+        metavar="MODULE",
+        help="run a module, like python -m; the arguments after it are the module's",
+    )
     parser.add_argument(
         "program", nargs=argparse.REMAINDER, help="script.py [args...], or -- command"
     )
@@ -93,8 +100,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def program_command(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     """(the command to start, the command as the user typed it) for the three forms."""
     rest = list(args.program)
-    if args.module:
-        return [sys.executable, "-m", args.module, *rest], ["-m", args.module, *rest]
+    if args.module is not None:
+        if not args.module:
+            raise MemdocError("-m needs a module name", hint="memdoc run -m pkg.train [args...]")
+        given: list[str] = [*args.module, *rest]
+        module, rest = given[0], given[1:]
+        return [sys.executable, "-m", module, *rest], ["-m", module, *rest]
     if rest and rest[0] == "--":
         rest = rest[1:]
         if not rest:
@@ -121,8 +132,6 @@ def program_command(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 def run(args: argparse.Namespace) -> int:
     from memdoc.run.parent import RunOptions
 
-    if not args.interval > 0:
-        raise MemdocError("--interval must be a positive number of seconds")
     command, display = program_command(args)
     identity = job_identity(os.environ, command)
     output = _output_path(args.output, identity.trace_name(os.getpid()))

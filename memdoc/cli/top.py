@@ -10,6 +10,7 @@ import threading
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from memdoc.cli.common import seconds
 from memdoc.cli.live import require_terminal
 from memdoc.cli.serve import exporting
 from memdoc.errors import MemdocError
@@ -27,7 +28,7 @@ MIN_INTERVAL_S = 0.1
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--interval",
-        type=float,
+        type=seconds,
         default=1.0,
         metavar="S",
         help="seconds between samples (default 1)",

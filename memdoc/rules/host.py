@@ -172,13 +172,15 @@ def data_held(trace: Trace, fail: Failure) -> Held | None:
 
     In order: the live arrays the framework listed at the error; the framework's allocated
     bytes on the failing device; on the host, the resident memory the process gained since
-    its framework started (which also counts the framework's own caches).
+    its framework started (which also counts the framework's own caches). None when nothing
+    was measured, or nothing held: no request can be weighed against zero bytes.
     """
-    return read_once("data_held", (trace, fail), lambda: _data_held(trace, fail))
+    held = read_once("data_held", (trace, fail), lambda: _data_held(trace, fail))
+    return held if held is not None and held.held_bytes > 0 else None
 
 
 def _data_held(trace: Trace, fail: Failure) -> Held | None:
-    if fail.live_array_bytes is not None:
+    if fail.live_array_bytes:
         return Held("live arrays at the error", fail.live_array_bytes)
     device = fail.oom.device if fail.oom.device is not None else _only_framework_device(trace)
     if device is not None:

@@ -12,7 +12,7 @@ from memdoc.rules.registry import RULES
 from memdoc.rules.words import explain_in_words
 from memdoc.trace import load_trace
 from tests.rules.fixture_cases import RULE_FIXTURES
-from tests.rules.host_scenarios import RANK_PIDS, eval_after_training_on_host
+from tests.rules.host_scenarios import RANK_PIDS, eval_after_training_on_host, jax_host_failure
 from tests.rules.recorder import MiB, Recorder
 
 
@@ -867,3 +867,19 @@ def test_an_allocation_is_the_hosts_for_sure_only_where_the_text_names_the_host(
     confidence = _finding(text, "host-oom")
 
     assert confidence is not None and confidence_word(confidence) == word
+
+
+def test_a_jax_failure_with_no_live_arrays_left_is_weighed_without_dividing_by_zero(
+    tmp_path: Path,
+) -> None:
+    # JAX can list no live arrays at the error (its inputs donated or freed): nothing held is
+    # not something to weigh a request against, and no rule may fail on it.
+    path = tmp_path / "jax.memdoc"
+    jax_host_failure(path, live_array_bytes=0)
+
+    trace = load_trace(path)
+
+    findings = diagnose(trace)
+
+    assert not [w for w in trace.warnings if "failed on this trace" in w]
+    assert {f.rule for f in findings} & {"xla-temp-buffers", "single-allocation-too-large"}

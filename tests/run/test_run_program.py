@@ -110,6 +110,29 @@ def test_module_form_runs_like_python_dash_m(tmp_path: Path) -> None:
     assert watched.stdout == b"__main__ ['x']\n"
 
 
+def test_the_arguments_after_a_module_are_the_modules_own(tmp_path: Path) -> None:
+    # As with python -m: options memdoc also has (-o, --report, --help) go to the module.
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text("import sys\nprint(sys.argv[1:])\n")
+    args = ["--foo", "1", "-o", "mine.memdoc", "--report", "--help"]
+
+    watched = run_memdoc("run", "-q", "-o", "t.memdoc", "-m", "pkg.train", *args, cwd=tmp_path)
+
+    assert watched.returncode == 0, watched.stderr
+    assert watched.stdout == f"{args}\n".encode()
+    assert (tmp_path / "t.memdoc").exists()
+    assert not (tmp_path / "mine.memdoc").exists() and not list(tmp_path.glob("*.html"))
+
+
+def test_a_module_flag_without_a_module_is_a_usage_error(tmp_path: Path) -> None:
+    watched = run_memdoc("run", "-m", cwd=tmp_path)
+
+    assert watched.returncode == 2
+    assert watched.stderr.decode().count("\n") <= 2 and b"Traceback" not in watched.stderr
+
+
 def test_any_command_after_double_dash_is_followed_into_its_python_processes(
     tmp_path: Path,
 ) -> None:
@@ -321,6 +344,8 @@ def test_a_child_that_exhausts_host_memory_under_rlimit_as_is_recorded_near_its_
         pytest.param(["run"], b"nothing to run", id="nothing"),
         pytest.param(["run", "--", "no-such-command-xyz"], b"command not found", id="bad-command"),
         pytest.param(["run", "--interval", "0", "x.py"], b"--interval", id="bad-interval"),
+        pytest.param(["run", "--interval", "inf", "x.py"], b"--interval", id="endless-interval"),
+        pytest.param(["run", "--interval", "nan", "x.py"], b"--interval", id="nan-interval"),
     ],
 )
 def test_bad_invocations_get_one_line_and_exit_2(
@@ -331,6 +356,7 @@ def test_bad_invocations_get_one_line_and_exit_2(
     assert result.returncode == 2
     assert message in result.stderr
     assert b"Traceback" not in result.stderr
+    assert not list(tmp_path.glob("*.memdoc")), "nothing was run, so no trace is left"
 
 
 def test_an_existing_trace_is_not_overwritten_without_force(tmp_path: Path) -> None:

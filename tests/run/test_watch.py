@@ -150,3 +150,61 @@ def test_a_decorated_function_called_twice_keeps_both_traces(tmp_path: Path) -> 
     assert all(load_trace(tmp_path / n).complete for n in names)
     notes = [line for line in done.stderr.splitlines() if "fit.memdoc exists" in line]
     assert len(notes) == 1, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("definition", "call"),
+    [
+        pytest.param(
+            "async def work():\n"
+            "    await asyncio.sleep(0.4)\n"
+            "    memdoc.step()\n"
+            "    raise ValueError('inside')\n",
+            "asyncio.run(work())",
+            id="coroutine",
+        ),
+        pytest.param(
+            "def work():\n"
+            "    got = yield 1\n"
+            "    time.sleep(0.4)\n"
+            "    memdoc.step()\n"
+            "    yield got\n"
+            "    raise ValueError('inside')\n",
+            "g = work()\nnext(g)\nassert g.send(7) == 7\nnext(g)",
+            id="generator",
+        ),
+        pytest.param(
+            "async def work():\n"
+            "    got = yield 1\n"
+            "    await asyncio.sleep(0.4)\n"
+            "    memdoc.step()\n"
+            "    yield got\n"
+            "    raise ValueError('inside')\n",
+            "async def drive():\n"
+            "    g = work()\n"
+            "    await g.__anext__()\n"
+            "    assert await g.asend(7) == 7\n"
+            "    await g.__anext__()\n"
+            "asyncio.run(drive())",
+            id="async-generator",
+        ),
+    ],
+)
+def test_a_decorated_coroutine_or_generator_is_watched_while_it_runs(
+    tmp_path: Path, definition: str, call: str
+) -> None:
+    source = (
+        "import asyncio, time\nimport memdoc\n\n"
+        '@memdoc.watch("work.memdoc", quiet=True)\n'
+        f"{definition}\n"
+        f"try:\n{textwrap.indent(call, '    ')}\n"
+        "except ValueError as error:\n    print('caught', error)\n"
+    )
+    done = _python(tmp_path, source)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "caught inside\n"
+    trace = load_trace(tmp_path / "work.memdoc")
+    assert trace.complete and trace.duration_s >= 0.35
+    assert len(trace.events(EventKind.STEP)) == 1
+    assert [e.data["where"] for e in trace.events(EventKind.EXCEPTION)] == ["watch"]
