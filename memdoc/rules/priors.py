@@ -8,13 +8,13 @@ from memdoc.trace.model import OomInfo
 # (tests/fixtures/corpus/incidents.jsonl, `"split": "dev"`) whose thread settled on each
 # cause. tests/rules/test_priors.py recounts them, so the table follows the corpus.
 INCIDENTS_BY_CAUSE: dict[str, int] = {
-    "activations-too-large": 125,
-    "host-oom": 78,
-    "model-too-large": 34,
+    "activations-too-large": 140,
+    "host-oom": 86,
+    "model-too-large": 36,
     "framework-preallocation": 27,
-    "other-process": 22,
-    "single-allocation-too-large": 22,
-    "leak-across-steps": 19,
+    "single-allocation-too-large": 24,
+    "other-process": 23,
+    "leak-across-steps": 22,
     "eval-without-no-grad": 13,
     "wrong-device": 9,
     "fragmentation": 8,
@@ -24,12 +24,12 @@ INCIDENTS_BY_CAUSE: dict[str, int] = {
     "optimizer-state": 5,
     "cuda-graph-pools": 4,
     "cuda-context-overhead": 3,
+    "cudnn-workspace": 3,
     "no-mixed-precision": 3,
     "xla-temp-buffers": 3,
-    "cudnn-workspace": 2,
+    "variable-shapes": 2,
     "nccl-buffers": 1,
     "retain-graph": 1,
-    "variable-shapes": 1,
 }
 INCIDENTS = sum(INCIDENTS_BY_CAUSE.values())
 # Causes a guess never names: the host's (for a device error), and a request too large for
