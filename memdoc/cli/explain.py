@@ -81,8 +81,8 @@ def render(result: Explanation, console: Console) -> None:
     """The headline, the plain-words paragraph, then the findings best first."""
     if result.oom is None:
         console.print(NO_MEMORY_ERROR)
-        if result.other_limit is not None:
-            console.print(Text(f"Not a lack of memory: {result.other_limit}."))
+        if result.not_memory is not None:
+            console.print(Text(f"Not read as a memory error: {result.not_memory}."))
         return
     console.print(Text(headline(result.oom), style="bold red"))
     console.print(Text(explain_in_words(result.oom)))  # op names carry [brackets]

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 from memdoc.oom import bfc, disguised, headline, host, pytorch, tensorflow, xla
 from memdoc.oom.combine import combine
-from memdoc.oom.limits import other_limit
 from memdoc.oom.logtext import Hit, LogText
+from memdoc.oom.lookalike import other_limit
 from memdoc.trace.model import OomInfo
 
 __all__ = ["looks_like_memory_error", "parse_all", "parse_text"]

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memdoc.oom import parse_text
-from memdoc.oom.limits import other_limit
+from memdoc.oom.lookalike import BARE_BAD_ALLOC, bare_bad_alloc, other_limit
 from memdoc.rules.base import Finding, Rule, RunRule
 from memdoc.rules.confidence import LIKELY, TEXT_ONLY_CAP, WEAK, Signals, capped
 from memdoc.rules.facts import one_reading
@@ -127,8 +127,8 @@ class Explanation:
     oom: OomInfo | None
     findings: list[Finding] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    # With no memory error: the limit other than memory that the text names, in words.
-    other_limit: str | None = None
+    # With no memory error: why memory's words in the text were not read as one, if they were.
+    not_memory: str | None = None
 
 
 def explain_text(text: str) -> Explanation:
@@ -138,7 +138,9 @@ def explain_text(text: str) -> Explanation:
     """
     oom = parse_text(text)
     if oom is None:
-        return Explanation(None, other_limit=other_limit(text[-_LIMIT_TAIL_CHARS:]))
+        return Explanation(None, not_memory=other_limit(text[-_LIMIT_TAIL_CHARS:]))
+    if bare_bad_alloc(oom, text[-_LIMIT_TAIL_CHARS:]):
+        return Explanation(None, not_memory=BARE_BAD_ALLOC)
     trace = text_trace(text, oom)
     findings = diagnose(trace)
     if is_bare(oom):

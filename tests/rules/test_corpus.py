@@ -29,13 +29,13 @@ FRAMEWORKS = {"pytorch", "tensorflow", "jax", "nccl", "host", "other"}
 
 # Measured on each half with the rules of the day: the rates may only go up, the count of
 # non-memory errors taken for memory errors may only go down.
-TOP1_FLOOR = {"dev": 0.603, "held": 0.532}
-TOP3_FLOOR = {"dev": 0.874, "held": 0.764}
-RECOGNISED_FLOOR = {"dev": 0.960, "held": 0.903}
-FALSE_POSITIVES_CEILING = {"dev": 22, "held": 11}
+TOP1_FLOOR = {"dev": 0.598, "held": 0.524}
+TOP3_FLOOR = {"dev": 0.870, "held": 0.755}
+RECOGNISED_FLOOR = {"dev": 0.955, "held": 0.895}
+FALSE_POSITIVES_CEILING = {"dev": 13, "held": 8}
 # Whether a surer confidence word is right at least as often as a less sure one, on each half,
 # with the rules of the day. Where it is not, the test is a strict xfail: fixing it flips it.
-CALIBRATED = {"dev": True, "held": False}
+CALIBRATED = {"dev": True, "held": True}
 CALIBRATION_SPLITS = [
     split
     if CALIBRATED[split]

@@ -631,8 +631,15 @@ def test_an_oom_inside_the_optimizers_step_is_its_state_unless_a_closure_ran(
         pytest.param(
             "terminate called after throwing an instance of 'std::bad_alloc'\n"
             "  what():  std::bad_alloc\nAborted",
-            "weak",
+            None,
             id="bad-alloc-without-a-size",
+        ),
+        pytest.param("MemoryError: std::bad_alloc", None, id="wrapped-by-pybind"),
+        pytest.param(
+            "Killed: out of memory while loading the corpus\n"
+            "terminate called after throwing an instance of 'std::bad_alloc'\n",
+            "weak",
+            id="the-log-says-memory-ran-out",
         ),
         pytest.param(
             "numpy.core._exceptions.MemoryError: Unable to allocate 926. GiB for an array with "
@@ -642,12 +649,19 @@ def test_an_oom_inside_the_optimizers_step_is_its_state_unless_a_closure_ran(
         ),
     ],
 )
-def test_a_bare_bad_alloc_is_host_memory_only_weakly(text: str, word: str) -> None:
+def test_a_bare_bad_alloc_is_not_read_as_host_memory_from_its_text_alone(
+    text: str, word: str | None
+) -> None:
     # std::bad_alloc also comes from sizes read from damaged files, library bugs or a bad
-    # build, and in public threads that is what settled most bare ones.
+    # build: in public threads that settled 9 of the 11 bare ones in the development half.
+    result = explain_text(text)
     confidence = _finding(text, "host-oom")
 
-    assert confidence is not None and confidence_word(confidence) == word
+    if word is None:
+        assert result.oom is None and not result.findings
+        assert result.not_memory is not None and "std::bad_alloc" in result.not_memory
+    else:
+        assert confidence is not None and confidence_word(confidence) == word
 
 
 @pytest.mark.parametrize(

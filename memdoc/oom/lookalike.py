@@ -1,10 +1,12 @@
-"""Failures that name a limit other than the memory's size: locked memory, memory maps, quota.
+"""Errors in memory's words that, in public threads, were mostly something else.
 
 "Cannot allocate memory" (ENOMEM) and TensorFlow's ResourceExhaustedError also come from
 limits that more memory would not lift: the locked-memory limit (`mlock`, RDMA verbs and UCX
 registering buffers), the count of memory maps a process may hold (`vm.max_map_count`: a
-mapping of a few pages refused) and a disk quota. In public threads such errors were settled by
-raising that limit, never by freeing memory, so they are not read as memory errors.
+mapping of a few pages refused) and a disk quota. Such errors were settled by raising that
+limit, never by freeing memory. A bare `std::bad_alloc` (no size, nothing else about memory)
+was thrown by damaged input, mismatched builds and library bugs far more often than by a full
+host. Neither is read as a memory error from its text alone; `explain` says why.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import re
 
 from memdoc.oom.fields import to_bytes
+from memdoc.trace.model import OomInfo
 
 # A mapping this small refused with ENOMEM is a limit on mappings, not a lack of memory.
 TINY_MAPPING_BYTES = 64 * 1024
@@ -63,3 +66,28 @@ def _tiny_mapping(text: str) -> bool:
         if size is not None and 0 < size <= TINY_MAPPING_BYTES:
             return True
     return False
+
+
+BARE_BAD_ALLOC = (
+    "a C++ allocation failed (std::bad_alloc) without saying its size; in public threads this "
+    "came from damaged or mismatched input files, builds that do not match and library bugs "
+    "far more often than from a full host. If the host was near its memory limit when it "
+    "failed, it was memory: run it under `memdoc run` to see"
+)
+# Words of the log around a bad_alloc that speak of memory running out, not of a bad size.
+_MEMORY_SAID = re.compile(
+    r"out of memory|out_of_memory|memory limit|not enough memory|cannot allocate memory"
+    r"|\bkilled\b|\boom\b|memoryerror: (?!std::bad_alloc\s*$)",
+    re.I,
+)
+
+
+def bare_bad_alloc(oom: OomInfo, text: str) -> bool:
+    """A host allocation failure that is std::bad_alloc alone: no size, no device, and no
+    word in the text of memory running out."""
+    return (
+        oom.kind == "host-alloc"
+        and oom.requested_bytes is None
+        and "bad_alloc" in (oom.message or "")
+        and _MEMORY_SAID.search(text) is None
+    )

@@ -8,7 +8,7 @@ import pytest
 
 from memdoc.cli.main import main
 from memdoc.oom import parse_text
-from memdoc.oom.limits import LOCKED_MEMORY, MAP_COUNT, QUOTA, other_limit
+from memdoc.oom.lookalike import LOCKED_MEMORY, MAP_COUNT, QUOTA, other_limit
 from memdoc.rules.engine import explain_text
 
 
@@ -57,7 +57,7 @@ def test_a_failure_naming_another_limit_is_no_memory_error(text: str, why: str) 
 
     assert parse_text(text) is None
     assert result.oom is None and result.findings == []
-    assert result.other_limit == why
+    assert result.not_memory == why
 
 
 @pytest.mark.parametrize(
