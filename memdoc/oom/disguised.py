@@ -90,6 +90,14 @@ _FORMS = (
     _Form("check failed: try_reserve(", "cuda"),
     _Form("enforce allocating < available failed", "cuda"),
     _Form("out of memory error on gpu", "cuda"),
+    # Vulkan's own code (MLC LLM, ncnn, llama.cpp's Vulkan backend).
+    _Form("vk_error_out_of_device_memory", "vulkan"),
+    # CUDA libraries' status codes for a failed allocation, by name or by number as callers
+    # print them (DGL: "CUSPARSE ERROR: 2"; torchvision: "nvjpegDecode failed: 5").
+    _Form("cusparse_status_alloc_failed", "cusparse"),
+    _Form("cusparse error: 2", "cusparse"),
+    _Form("nvjpeg_status_allocator_failure", "nvjpeg"),
+    _Form("nvjpegdecode failed: 5", "nvjpeg", "pytorch"),
 )
 # A cuDNN library that does not match the build fails at start-up with the same words as one
 # that found no memory; TensorFlow says so a few lines above.

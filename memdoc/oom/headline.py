@@ -12,6 +12,7 @@ import re
 
 from memdoc.oom.context import framework_in
 from memdoc.oom.disguised import ADVICE
+from memdoc.oom.host import OTHER_KILLER
 from memdoc.oom.logtext import Hit, LogText, rank_of, strip_prefix
 from memdoc.trace.model import OomInfo
 
@@ -21,7 +22,11 @@ MAX_CHARS = 240
 
 _DEVICE_MEMORY = re.compile(
     r"\bout[ -]?of[ -]memory\b|\bOOM(?:s|ed)?\b|\bmemory error\b"
-    r"|\bran out of (?:gpu |vram )?memory|\b(?:device|gpu|cuda) allocation (?:error|failed)\b"
+    # The class named as what happened ("inference CUDA OutOfMemoryError", "... on older
+    # GPU"), not as the subject of a sentence ("OutOfMemoryError is raised when ...").
+    r"|\bOutOfMemoryError\b(?=\s*$|\s*[:(]|\s+(?:on|when|in|with|during|while|after|at|for)\b)"
+    r"|\bout of (?:gpu |vram |cuda |device |video )?memory\b"
+    r"|\b(?:device|gpu|cuda) allocation (?:error|failed)\b"
     # Chinese: video memory (显存) or memory (内存) not enough, overflowing, blown up.
     r"|(?:显存|内存)(?:不足|不够|溢出|爆了|爆炸|泄露|泄漏)|爆(?:显存|内存)",
     re.I,
@@ -36,10 +41,12 @@ _KILLED = re.compile(
     r"(?:was\s+|got\s+|gets\s+|is\s+|being\s+)?killed\b",
     re.I,
 )
-# A kill the line itself blames on something other than memory.
-_OTHER_KILLER = re.compile(
-    r"time ?limit|timeout|timed out|cancel|preempt|SIGTERM|SIGINT|Ctrl-C|by (?:the )?user"
-    r"|manually|segmentation fault|segfault|watchdog",
+# Something named as killing the process because of its memory: "Mistral kills the process by
+# taking too many RAM", "loading the dataset kills the kernel (out of RAM)".
+_KILLS_FOR_MEMORY = re.compile(
+    r"\bkill(?:s|ed|ing)?\s+(?:the\s+|my\s+|our\s+)?(?:process|kernel|job|session|training)"
+    r"\b.{0,80}(?:too (?:much|many) (?:RAM|memory)|out of (?:RAM|memory)"
+    r"|(?:RAM|memory) (?:is |was )?(?:full|exhausted))",
     re.I,
 )
 # A line of code that quotes the words: `if "out of memory" in str(e):`.
@@ -52,7 +59,7 @@ _GPU_WORDS = re.compile(r"\b(?:cuda|gpu|gpus|vram|hip|rocm|mps|device)\b|显存"
 # Not a failure: "how to avoid OOM", "no OOM", "not out of memory", "OOM-free".
 _NOT_AN_ERROR = re.compile(
     r"\b(?:avoid|avoiding|prevent|preventing|without|no|not|never|reduce|reducing)\s+"
-    r"(?:an?\s+|the\s+|any\s+)?(?:cuda\s+|gpu\s+)?(?:oom|out[ -]of[ -]memory|memory error)"
+    r"(?:an?\s+|the\s+|any\s+)?(?:cuda\s+|gpu\s+)?(?:oom|out[ -]?of[ -]?memory|memory error)"
     r"|\b(?:oom|out[ -]of[ -]memory)[ -]free\b"
     r"|(?:避免|防止|减少|没有|不会)\s?(?:显存|内存)",  # "how to avoid running out of VRAM"
     re.I,
@@ -73,7 +80,8 @@ def find(log: LogText) -> list[Hit]:
     for index, text in lines:
         if _NOT_AN_ERROR.search(text) or ADVICE.search(text) or _CODE.search(text):
             continue
-        if _KILLED.search(text) and not _OTHER_KILLER.search(text):
+        killed = _KILLED.search(text) or _KILLS_FOR_MEMORY.search(text)
+        if killed and not OTHER_KILLER.search(text):
             info = _info(text, "host-kill", framework="host", device_type="cpu")
             return [Hit(line=index, end=index, info=info, rank=info.rank, weak=True)]
         if _DEVICE_MEMORY.search(text) is None:

@@ -49,7 +49,7 @@ _KILLED_LINE = (
 )
 # "exit code 137", torchrun's "exitcode: -9", DeepSpeed's launcher "exits with return code = -9"
 _EXIT_STATUS = (
-    r"\bexit(?:ed|s)?(?: with)?(?: code| status(?: code)?|code| return code)"
+    r"\b(?:exit(?:ed|s)?|terminated)(?: with)?(?: code| status(?: code)?|code| return code)"
     r"\s{0,3}[:=]?\s{0,3}(?:137|-9)\b"
 )
 _EXIT_KILL = (
@@ -64,12 +64,19 @@ _EXIT_KILL = (
     # A compiler killed while building an extension (gcc's cc1plus, nvcc's cicc).
     re.compile(r"Killed signal terminated program \w{1,40}|died due to signal 9\b"),
 )
+# A kill the line itself blames on something other than memory.
+OTHER_KILLER = re.compile(
+    r"time ?limit|timeout|timed out|cancel|preempt|SIGTERM|SIGINT|Ctrl-C|by (?:the )?user"
+    r"|manually|segmentation fault|segfault|watchdog",
+    re.I,
+)
 _EXIT_NEEDLES = (
     "exit code",
     "status code",
     "exit status",
     "exitcode",
     "exited with code",
+    "terminated with code",
     "return code",
     "signals.sigkill",
     "signal 9",
@@ -223,7 +230,7 @@ def _exit_kills(log: LogText) -> list[Hit]:
     hits = []
     for line, column in sorted(found.items()):
         text = log.lines[line][max(0, column - 200) : column + 200]
-        if not any(pattern.search(text) for pattern in _EXIT_KILL):
+        if not any(pattern.search(text) for pattern in _EXIT_KILL) or OTHER_KILLER.search(text):
             continue
         pid_match = _PID.search(text)
         pid = to_int(next((g for g in pid_match.groups() if g), None)) if pid_match else None

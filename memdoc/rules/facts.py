@@ -248,6 +248,8 @@ LIBRARY_NAMES = {
     "trt": "TensorRT",
     "vllm": "vLLM",
     "rmm": "RMM",
+    "cusparse": "cuSPARSE",
+    "nvjpeg": "nvJPEG",
 }
 # Libraries whose handle or workspace lives outside the framework's pool.
 OUTSIDE_POOL_LIBRARIES = ("cudnn", "cublas", "nccl")

@@ -69,8 +69,11 @@ def prior_rank(slug: str) -> int:
 
 
 # Libraries whose out-of-memory says nothing of its own cause (the CUDA or HIP runtime,
-# TensorRT, OpenCL): read like the framework's own OOM. cuDNN, cuBLAS and NCCL have rules.
-GENERIC_LIBRARIES = frozenset({None, "cuda", "hip", "trt", "opencl"})
+# TensorRT, OpenCL, Vulkan, cuSPARSE, nvJPEG): read like the framework's own OOM. cuDNN,
+# cuBLAS and NCCL have rules.
+GENERIC_LIBRARIES = frozenset(
+    {None, "cuda", "hip", "trt", "opencl", "vulkan", "cusparse", "nvjpeg"}
+)
 
 
 def is_bare(oom: OomInfo) -> bool:

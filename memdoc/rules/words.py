@@ -36,7 +36,7 @@ _DISGUISES = {
 
 
 # The runtime itself said it ran out: not a disguise, whatever library it came through.
-_RUNTIMES = {"cuda": "CUDA", "hip": "HIP"}
+_RUNTIMES = {"cuda": "CUDA", "hip": "HIP", "vulkan": "Vulkan"}
 
 
 def disguise_headline(oom: OomInfo) -> str:

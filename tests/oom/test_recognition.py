@@ -642,3 +642,71 @@ def test_a_chinese_headline_of_running_out_of_memory_is_read(
     found = parse_text(text)
 
     assert (found.device_type if found else None) == device_type
+
+
+@pytest.mark.parametrize(
+    ("text", "library"),
+    [
+        pytest.param(
+            "InternalError: Check failed: (__e == VK_SUCCESS) is false: Vulkan Error, code=-2: "
+            "VK_ERROR_OUT_OF_DEVICE_MEMORY",
+            "vulkan",
+            id="vulkan",
+        ),
+        pytest.param(
+            "DGLError: csr_transpose.cc:83: Check failed: e == CUSPARSE_STATUS_SUCCESS: "
+            "CUSPARSE ERROR: 2",
+            "cusparse",
+            id="cusparse-by-number",
+        ),
+        pytest.param("RuntimeError: nvjpegDecode failed: 5", "nvjpeg", id="nvjpeg-by-number"),
+    ],
+)
+def test_a_librarys_own_code_for_a_failed_allocation_is_a_device_memory_error(
+    text: str, library: str
+) -> None:
+    found = parse_text(text)
+    findings = explain_text(text).findings
+
+    assert found is not None and (found.kind, found.library) == ("disguised", library)
+    assert findings, "the commonest causes, as for any device error without figures"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("RuntimeError: nvjpegDecode failed: 3", id="nvjpeg-bad-jpeg"),
+        pytest.param("CUSPARSE ERROR: 3 (invalid value)", id="cusparse-invalid-value"),
+        pytest.param("VK_ERROR_DEVICE_LOST", id="vulkan-device-lost"),
+    ],
+)
+def test_other_codes_of_the_same_libraries_are_no_memory_error(text: str) -> None:
+    assert parse_text(text) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        pytest.param("inference CUDA OutOfMemoryError", "disguised", id="class-name-in-a-title"),
+        pytest.param("No way to clear shader cache : out of GPU memory", "disguised", id="gpu"),
+        pytest.param(
+            "Mistral kills the process by taking too many RAM", "host-kill", id="kills-for-ram"
+        ),
+        pytest.param("[rank: 1] Child process terminated with code -9", "host-kill", id="rank"),
+        pytest.param("how to avoid OutOfMemoryError", None, id="advice"),
+        pytest.param("killing the process frees the memory", None, id="killing-to-free"),
+        pytest.param("The timeout kills the process after 10 minutes", None, id="timeout"),
+        pytest.param(
+            "Exception: Process exited with code 137 after test timeout of 600s (killed by the "
+            "test harness)",
+            None,
+            id="exit-137-by-a-timeout",
+        ),
+    ],
+)
+def test_titles_and_exit_lines_are_memory_errors_only_when_memory_is_blamed(
+    text: str, kind: str | None
+) -> None:
+    found = parse_text(text)
+
+    assert (found.kind if found else None) == kind
