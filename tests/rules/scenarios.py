@@ -323,6 +323,20 @@ def host_killed(path: Path, *, near_limit: bool) -> None:
         rec.end(5.5, exit_code=1)
 
 
+def killed_far_below_the_limit(path: Path, *, kills_counted: bool) -> None:
+    """`kill -9` (a person, a timeout) of a job at 110 MiB of a 24 GiB limit."""
+    rec = Recorder(path)
+    for i in range(1, 6):
+        values = {
+            SeriesKey(Metric.HOST_RSS): 110 * MiB,
+            SeriesKey(Metric.CGROUP_LIMIT): 24 * GiB,
+        }
+        if kills_counted:
+            values[SeriesKey(Metric.CGROUP_OOM_KILLS)] = 0
+        rec.sample(i * 0.5, values)
+    rec.end(3.0, signal=9)
+
+
 def cgroup_oom_kill(path: Path) -> None:
     rec = Recorder(path)
     for i, kills in enumerate([0, 0, 0, 1, 1]):
@@ -426,6 +440,12 @@ SCENARIOS: dict[str, Callable[[Path], None]] = {
     "host-oom/hit-sigkill-near-limit.memdoc": lambda p: host_killed(p, near_limit=True),
     "host-oom/hit-cgroup-oom-kill.memdoc": cgroup_oom_kill,
     "host-oom/miss-exit-1.memdoc": lambda p: host_killed(p, near_limit=False),
+    "host-oom/miss-sigkill-no-oom-kill-counted.memdoc": lambda p: killed_far_below_the_limit(
+        p, kills_counted=True
+    ),
+    "host-oom/hit-sigkill-counter-unread.memdoc": lambda p: killed_far_below_the_limit(
+        p, kills_counted=False
+    ),
     "cuda-graph-pools/hit-private-pool.memdoc": private_pool_recorded,
     "nccl-buffers/hit-outside-pool-growth.memdoc": nccl_outside_pool,
     "rank-failed-first/hit-rank1-first/rank0.memdoc": lambda p: rank_trace(

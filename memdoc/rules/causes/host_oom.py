@@ -32,6 +32,9 @@ from memdoc.units import format_bytes
 
 SIGKILL = 9
 NEAR_LIMIT = 0.9
+# A SIGKILL with memory below this share of the limit, and no OOM kill counted, was not for
+# memory: a person, a timeout or a scheduler sent it.
+FAR_BELOW = 0.5
 _KERNEL_OOM = (
     r"Out of memory: Kill|oom-kill|oom_kill|Killed process \d+|Memory cgroup out of memory"
     r"|OOMKilled"
@@ -141,6 +144,23 @@ class _Pressure:
     # usage, or the address space of the capped process.
     counted_label: str = ""
     counted_bytes: float | None = None
+    kills_counted: bool = False  # the cgroup's OOM-kill counter was read during the run
+
+    @property
+    def used_share(self) -> float | None:
+        """What the limit counts at its peak, as a share of the limit."""
+        used = self.counted_bytes if self.counted_bytes is not None else self.peak_bytes
+        return used / self.limit_bytes if used is not None and self.limit_bytes else None
+
+    @property
+    def kill_not_for_memory(self) -> bool:
+        """The recording rules the OOM killer out: its counter for the job's cgroup was read
+        and never rose (it counts kills by any OOM killer), and memory stayed far below the
+        limit."""
+        share = self.used_share
+        return (
+            self.kills_counted and self.oom_kills == 0 and share is not None and share < FAR_BELOW
+        )
 
     @property
     def near_limit(self) -> bool:
@@ -208,6 +228,10 @@ CPU before moving to the GPU, or a model built in fp32 on the CPU first. Docker'
 On a run without a GPU, every memory problem ends with a failed host allocation: there the
 failure alone is a symptom, and this rule stays weak unless the kill, the workers or the
 shared memory show that the host itself was the limit.
+
+Not every SIGKILL is the OOM killer: a person, a timeout or a scheduler sends it too. When a
+recording read the cgroup's OOM-kill counter (which counts kills by any OOM killer) and it
+never rose, and memory stayed below half of its limit, this rule does not fire.
 """
     confirm = """
 - `dmesg | grep -i -E "killed process|out of memory"` shows the kill.
@@ -269,6 +293,8 @@ shared memory show that the host itself was the limit.
                 f"near the {format_bytes(pressure.limit_bytes)} {pressure.limit_label}."
             )
             signals = Signals(STRONG)
+        elif killed and pressure.kill_not_for_memory:
+            return None
         elif killed:
             summary = "The job was killed by SIGKILL; the kernel's OOM killer is the usual sender."
             return self._report(
@@ -459,11 +485,12 @@ def _pressure(trace: Trace) -> _Pressure | None:
     limit = job_limit(trace)
     kills = trace.series(Metric.CGROUP_OOM_KILLS)
     rose = 0.0
-    if kills is not None and len(kills):
+    counted = kills is not None and len(kills) > 0
+    if kills is not None and counted:
         rose = max(kills.values) - kills.values[0]
     if held is None and limit is None and kills is None:
         return None
-    counted_label, counted = _counted(trace, limit, held.label if held else "")
+    counted_label, counted_bytes = _counted(trace, limit, held.label if held else "")
     return _Pressure(
         held.held_bytes if held else None,
         limit.limit_bytes if limit else None,
@@ -471,7 +498,8 @@ def _pressure(trace: Trace) -> _Pressure | None:
         peak_label=held.label if held else "peak resident memory of the job",
         limit_label=limit.label if limit else "memory limit",
         counted_label=counted_label,
-        counted_bytes=counted,
+        counted_bytes=counted_bytes,
+        kills_counted=counted,
     )
 
 
