@@ -106,7 +106,11 @@ def diagnosis_lines(
     shown = [f for f in findings if f.confidence >= SHOWN_MIN_CONFIDENCE][:SHOWN_FINDINGS]
     for number, finding in enumerate(shown, 1):
         lines += _finding_lines(number, finding)
-    if not shown:
+    if not shown and findings:
+        # Said, not hidden: diagnose lists these and exits 3 for them.
+        names = ", ".join(f.rule for f in findings[:SHOWN_FINDINGS])
+        lines.append(Text(f"  only weak signs of a memory problem: {names}", style="dim"))
+    elif not shown:
         lines.append(Text("  no known memory pattern matched this run", style="dim"))
     lines += _where_lines(paths, report_path)
     return lines

@@ -6,7 +6,9 @@ import io
 import re
 from pathlib import Path
 
-from memdoc.report.summary import print_end_of_run
+from rich.text import Text
+
+from memdoc.report.summary import diagnosis_lines, print_end_of_run
 from memdoc.rules.base import Finding
 from memdoc.rules.engine import diagnose_run
 from memdoc.trace import load_run
@@ -79,3 +81,16 @@ def test_an_unreadable_trace_gets_one_line(tmp_path: Path) -> None:
 
     assert out.count("\n") == 1
     assert out.startswith(f"memdoc: trace {junk} cannot be read")
+
+
+def test_weak_findings_are_named_not_hidden_behind_no_pattern_matched() -> None:
+    # diagnose lists them and exits 3: the summary must not say nothing matched.
+    weak = Finding("host-oom", "MD019", "The host ran out of memory", 0.2, "A host allocation.")
+    first = Text("Ended by SIGKILL")
+
+    weak_lines = [str(t) for t in diagnosis_lines(first, None, [weak], ["run.memdoc"], None)]
+    none_lines = [str(t) for t in diagnosis_lines(first, None, [], ["run.memdoc"], None)]
+
+    assert "  only weak signs of a memory problem: host-oom" in weak_lines
+    assert not any("no known memory pattern" in line for line in weak_lines)
+    assert "  no known memory pattern matched this run" in none_lines
