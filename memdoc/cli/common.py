@@ -8,6 +8,7 @@ import os
 import stat
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Protocol
 
@@ -147,7 +148,26 @@ TEXT_TAIL_BYTES = 1024 * 1024
 _CHUNK_BYTES = 64 * 1024
 
 
-def read_text_input(source: str | None, *, tail_bytes: int = TEXT_TAIL_BYTES) -> str:
+# Lines before the tail are counted in at most this much of a file, so that a line number
+# stays cheap; past it the error's line is left unknown rather than given wrong.
+COUNTED_PREFIX_BYTES = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class TextTail:
+    """The end of a text, and how many whole lines came before it (None: not counted)."""
+
+    text: str
+    lines_before: int | None = 0
+
+    def line_number(self, line_in_tail: int | None) -> int | None:
+        """The line of the whole text that is line `line_in_tail` (1-based) of the tail."""
+        if line_in_tail is None or self.lines_before is None:
+            return None
+        return self.lines_before + line_in_tail
+
+
+def read_text_input(source: str | None, *, tail_bytes: int = TEXT_TAIL_BYTES) -> TextTail:
     """The last `tail_bytes` of a file, or of stdin for '-' or None. Undecodable bytes are
     replaced, not fatal.
 
@@ -155,21 +175,22 @@ def read_text_input(source: str | None, *, tail_bytes: int = TEXT_TAIL_BYTES) ->
         MemdocError: no such file, a folder, or a pipe or device given by name (which could
             block or never end: pipe it to stdin instead).
     """
+    before: int | None
     try:
         if source in (None, "-"):
-            data = _tail_of_stream(sys.stdin.buffer, tail_bytes)
+            data, before = _tail_of_stream(sys.stdin.buffer, tail_bytes)
         else:
-            data = _tail_of_file(Path(source), tail_bytes)
+            data, before = _tail_of_file(Path(source), tail_bytes)
     except FileNotFoundError:
         raise MemdocError(f"{source}: no such file") from None
     except IsADirectoryError:
         raise MemdocError(f"{source}: is a folder") from None
     except OSError as exc:
         raise MemdocError(f"{source}: cannot read it ({exc.strerror or exc})") from None
-    return data.decode("utf-8", errors="replace")
+    return TextTail(data.decode("utf-8", errors="replace"), before)
 
 
-def _tail_of_file(path: Path, tail_bytes: int) -> bytes:
+def _tail_of_file(path: Path, tail_bytes: int) -> tuple[bytes, int | None]:
     if not stat.S_ISREG(path.stat().st_mode):
         if path.is_dir():
             raise IsADirectoryError(path)
@@ -179,15 +200,30 @@ def _tail_of_file(path: Path, tail_bytes: int) -> bytes:
         )
     with open(path, "rb") as stream:
         size = os.fstat(stream.fileno()).st_size
-        stream.seek(max(0, size - tail_bytes))
-        return stream.read(tail_bytes)
+        start = max(0, size - tail_bytes)
+        before = _newlines(stream, start) if start <= COUNTED_PREFIX_BYTES else None
+        stream.seek(start)
+        return stream.read(tail_bytes), before
 
 
-def _tail_of_stream(stream: BinaryIO, tail_bytes: int) -> bytes:
-    """Read to the end, keeping only the last `tail_bytes`."""
+def _newlines(stream: BinaryIO, end: int) -> int:
+    """Line breaks in the first `end` bytes of a file."""
+    count, read = 0, 0
+    while read < end and (chunk := stream.read(min(16 * _CHUNK_BYTES, end - read))):
+        count += chunk.count(b"\n")
+        read += len(chunk)
+    return count
+
+
+def _tail_of_stream(stream: BinaryIO, tail_bytes: int) -> tuple[bytes, int]:
+    """Read to the end, keeping only the last `tail_bytes` and counting the lines dropped."""
     kept = bytearray()
+    dropped_lines = 0
     while chunk := stream.read(_CHUNK_BYTES):
         kept += chunk
         if len(kept) > 2 * tail_bytes:
+            dropped_lines += kept.count(b"\n", 0, len(kept) - tail_bytes)
             del kept[:-tail_bytes]
-    return bytes(kept[-tail_bytes:])
+    if len(kept) > tail_bytes:
+        dropped_lines += kept.count(b"\n", 0, len(kept) - tail_bytes)
+    return bytes(kept[-tail_bytes:]), dropped_lines

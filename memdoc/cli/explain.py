@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 
 from rich.console import Console, Group
 from rich.text import Text
@@ -66,7 +67,11 @@ def run(args: argparse.Namespace) -> int:
             f"{args.file} is a memdoc trace, not an error text",
             hint=f"memdoc diagnose {args.file}",
         )
-    result = explain_text(read_text_input(args.file))
+    tail = read_text_input(args.file)
+    result = explain_text(tail.text)
+    if result.oom is not None and result.oom.line is not None:
+        # The line of the whole file, not of the tail that was read.
+        result = replace(result, oom=replace(result.oom, line=tail.line_number(result.oom.line)))
     for warning in result.warnings:
         warn(warning)
     code = findings_exit_code(result.oom is not None or bool(result.findings))

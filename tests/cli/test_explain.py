@@ -200,3 +200,42 @@ def test_a_framework_memdoc_does_not_watch_gets_no_other_frameworks_code() -> No
     fixes = [fix for finding in findings for fix in finding["fixes"]]
     assert fixes  # "See who holds the GPU" and the like
     assert all(fix["framework"] == "any" for fix in fixes), fixes
+
+
+OOM_AT_THE_END = (
+    b"Traceback (most recent call last):\n"
+    b'  File "train.py", line 9, in <module>\n'
+    b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a "
+    b"total capacity of 15.58 GiB of which 7.25 MiB is free.\n"
+)
+
+
+@pytest.mark.parametrize("via", ["file", "stdin"])
+def test_the_line_of_an_error_is_the_line_of_the_whole_log_beyond_what_is_read(
+    tmp_path: Path, via: str
+) -> None:
+    # GIVEN a log of 200,000 lines (4.7 MB, past the 1 MiB explain reads) ending in an OOM
+    steps = b"".join(b"step %d loss 0.8360\n" % i for i in range(200_000))
+    log = tmp_path / "big.log"
+    log.write_bytes(steps + OOM_AT_THE_END)
+
+    if via == "file":
+        done = run_memdoc("explain", "--json", str(log))
+    else:
+        done = run_memdoc("explain", "--json", "-", input=log.read_bytes())
+
+    assert done.returncode == 3, done.stderr
+    assert json.loads(done.stdout)["oom"]["line"] == 200_003
+
+
+def test_the_line_is_left_out_when_counting_it_would_read_too_much(tmp_path: Path) -> None:
+    log = tmp_path / "huge.log"
+    with open(log, "wb") as stream:
+        stream.truncate(300 * 1024 * 1024)  # sparse, past what is counted
+        stream.seek(300 * 1024 * 1024)
+        stream.write(b"\n" + OOM_AT_THE_END)
+
+    done = run_memdoc("explain", "--json", str(log))
+
+    assert done.returncode == 3, done.stderr
+    assert "line" not in json.loads(done.stdout)["oom"]
