@@ -27,6 +27,20 @@ FINDINGS_EXIT_HELP = (
 )
 
 
+class ExitStatus(int):
+    """An exit status that may stand for a death by a signal: 128+N, with `signal` N, for a
+    program that was killed. The console entry then dies of the same signal, as the program
+    did, so that a shell or a parent sees what it would without memdoc (a shell's loop stops
+    on Ctrl-C; `subprocess` reports -N)."""
+
+    signal: int | None
+
+    def __new__(cls, status: int, signal: int | None = None) -> ExitStatus:
+        value = super().__new__(cls, 128 + signal if signal is not None else status)
+        value.signal = signal
+        return value
+
+
 def seconds(text: str) -> float:
     """An argparse type for an interval: a finite, positive number of seconds."""
     try:

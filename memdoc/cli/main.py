@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
+import resource
+import signal
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -84,7 +88,37 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> None:
-    sys.exit(main())
+    status = main()
+    signum = getattr(status, "signal", None)
+    if signum is not None:
+        die_of(signum)
+    sys.exit(status)
+
+
+# Signals whose default action writes a core: memdoc's own would only mislead.
+_CORE_SIGNALS = frozenset(
+    getattr(signal, name)
+    for name in ("SIGQUIT", "SIGILL", "SIGTRAP", "SIGABRT", "SIGBUS", "SIGFPE", "SIGSEGV", "SIGSYS")
+    if hasattr(signal, name)
+)
+
+
+def die_of(signum: int) -> NoReturn:
+    """End this process by `signum`, as the program it ran ended, once all is written."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    if signum in _CORE_SIGNALS:
+        with contextlib.suppress(Exception):
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    with contextlib.suppress(Exception):  # SIGKILL's and SIGSTOP's cannot be changed
+        signal.signal(signum, signal.SIG_DFL)
+    with contextlib.suppress(Exception):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
+    with contextlib.suppress(Exception):
+        os.kill(os.getpid(), signum)
+    # A signal whose default is to go on (SIGCHLD, SIGWINCH) or that could not be sent.
+    os._exit(128 + signum)
 
 
 if __name__ == "__main__":

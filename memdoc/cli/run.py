@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from memdoc.cli.common import check_output_path, seconds, warn
+from memdoc.cli.common import ExitStatus, check_output_path, seconds, warn
 from memdoc.cli.serve import serving_metrics
 from memdoc.errors import MemdocError
 from memdoc.metrics.identity import job_identity
@@ -169,7 +169,7 @@ def _run(options: RunOptions, report_path: Path | None, args: argparse.Namespace
 
         result = run_program(options)
     _finish(result.trace_path, result.writer_error, report_path, args)
-    return result.status
+    return ExitStatus(result.status, result.signal)
 
 
 def _output_path(output: str | None, name_in_folder: str) -> Path:

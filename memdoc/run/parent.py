@@ -74,7 +74,8 @@ class RunResult:
 
     @property
     def status(self) -> int:
-        """What `memdoc run` exits with: the program's code, or 128+N for signal N."""
+        """The shell's view of how the program ended: its code, or 128+N for signal N (memdoc
+        itself then dies of signal N, as the program did)."""
         if self.signal is not None:
             return 128 + self.signal
         return self.exit_code if self.exit_code is not None else 1

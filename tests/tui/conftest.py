@@ -142,7 +142,10 @@ class Terminal:
         deadline = time.monotonic() + 10
         while not self.screen().strip() and time.monotonic() < deadline:
             time.sleep(0.05)
-        self.press(f"clear; {command}; echo $? > {self.status_file}", "Enter")
+        # The status is written by the next prompt, not by `; echo $?`: a command that dies
+        # of Ctrl-C's SIGINT (as memdoc does when its program did) ends the whole line, as
+        # `python` would.
+        self.press(f"PROMPT_COMMAND='echo $? > {self.status_file}'; clear; {command}", "Enter")
 
     def screen(self) -> str:
         return self._tmux("capture-pane", "-p", "-t", self.name, check=False)

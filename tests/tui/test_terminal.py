@@ -197,3 +197,22 @@ def test_ctrl_c_closes_the_dashboard_with_status_130(demo_trace: Path, terminal)
     term.press("C-c")
     assert term.exit_status() == 130
     assert "Press ctrl+q" not in term.screen()
+
+
+@needs_tmux
+def test_ctrl_c_stops_a_shell_loop_of_runs_as_it_would_with_python(
+    tmp_path: Path, terminal
+) -> None:  # type: ignore[no-untyped-def]
+    # GIVEN a shell loop that runs a program twice under memdoc
+    program = tmp_path / "wait.py"
+    program.write_text("import time\nprint('waiting', flush=True)\ntime.sleep(60)\n")
+    run = _memdoc("run", "-q", "--force", "-o", str(tmp_path / "t.memdoc"), str(program))
+    term = terminal(f"for i in 1 2; do {run}; echo after-run-$i; done")
+    term.wait_for("waiting")
+
+    # WHEN Ctrl-C interrupts the first run
+    term.press("C-c")
+
+    # THEN memdoc dies of SIGINT as its program did, so the shell ends the loop
+    assert term.exit_status() == 130
+    assert "after-run-1" not in term.screen()
