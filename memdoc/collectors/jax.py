@@ -140,8 +140,10 @@ class JaxCollector:
         return CollectorStatus(name=FRAMEWORK, available=True, version=str(version))
 
     def start(self, session: SessionHandle) -> None:
+        # The framework is named once the program starts a JAX backend, not on import:
+        # another framework may import JAX for its own use (TensorFlow with Keras 3 does),
+        # and a program that never runs JAX must not get JAX's findings and fixes.
         self._session = session
-        session.emit(EventKind.FRAMEWORK, self._framework_data([]))
 
     def sample(self, unix_t: float) -> Values:
         if self._devices is None:

@@ -3,6 +3,8 @@ several host devices are each reported, and a real RESOURCE_EXHAUSTED becomes an
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from memdoc.trace.model import EventKind
@@ -131,3 +133,24 @@ def test_the_oom_event_of_the_session_carries_what_the_jax_collector_knew(
     assert oom.data["oom"]["framework"] == "jax"
     assert oom.data["live_arrays"]["bytes"] >= sum(k + 1 for k in range(DEVICES)) * MiB
     assert (jax_run.folder / oom.data["memory_profile"]).exists()
+
+
+@pytest.mark.parametrize("runs_jax", [False, True], ids=["imported-only", "backend-started"])
+def test_jax_is_named_a_framework_of_the_run_only_once_a_backend_starts(
+    tmp_path: Path, runs_jax: bool
+) -> None:
+    # Another framework may import JAX for its own use (TensorFlow with Keras 3 does): a
+    # program that never runs JAX must not get JAX's findings and fixes.
+    use = "jax.numpy.ones(4).block_until_ready()" if runs_jax else "pass"
+    source = f"""
+        import time, jax, jax.numpy
+        import memdoc
+        with memdoc.watch("run.memdoc", interval=0.05, quiet=True):
+            {use}
+            time.sleep(0.3)
+        print("RESULT {{}}")
+    """
+    run = run_program(tmp_path, source)
+
+    assert run.process.returncode == 0, run.process.stderr
+    assert ("jax" in run.trace().frameworks()) is runs_jax
