@@ -11,7 +11,7 @@ from memdoc.rules.host import job_limit
 from memdoc.trace import EventKind, Metric, OomInfo, Trace
 from memdoc.trace.model import FRAMEWORK_PREFIXES, RAISED_OUT_OF_WATCH
 from memdoc.trace.reader import oom_of
-from memdoc.units import format_duration
+from memdoc.units import format_bytes, format_duration
 
 
 @dataclass(frozen=True)
@@ -116,10 +116,26 @@ def _oom_words(trace: Trace, oom: OomInfo, pid: int | None) -> tuple[str, str]:
     rank = _rank_of(trace, pid)
     who = f"Rank {rank} ran" if rank is not None else "Ran"
     if on_host(trace, oom):
+        own = _own_allocator_limit(trace, oom)
+        if own is not None:
+            # TensorFlow's BFC allocator on the CPU stops at its own limit, below the RAM.
+            return "host-oom", f"{who} out of {own}"
         return "host-oom", f"{who} out of host memory (RAM)"
     device = oom_device(trace, oom)
     where = f" on GPU {device}" if device is not None else ""
     return "oom", f"{who} out of GPU memory{where}"
+
+
+def _own_allocator_limit(trace: Trace, oom: OomInfo) -> str | None:
+    """ "TensorFlow's 512 MiB CPU allocator limit" when a framework's allocator on the host
+    has a limit of its own below the job's, which is then what ran out."""
+    from memdoc.rules.facts import framework_name
+
+    own = oom.bfc_limit_bytes or oom.limit_bytes
+    job = job_limit(trace)
+    if not own or oom.framework in ("host", "unknown") or (job and own >= job.limit_bytes):
+        return None
+    return f"{framework_name(oom.framework)}'s {format_bytes(own)} CPU allocator limit"
 
 
 def _rank_of(trace: Trace, pid: int | None) -> int | None:

@@ -13,9 +13,9 @@ import pytest
 
 from memdoc.report.summary import print_end_of_run
 from memdoc.rules.engine import diagnose
-from memdoc.trace import load_trace
+from memdoc.trace import EventKind, Metric, OomInfo, SeriesKey, load_trace
 from tests.rules.host_scenarios import FORWARD, jax_host_failure, torch_host_failure
-from tests.rules.recorder import MiB
+from tests.rules.recorder import GiB, MiB, Recorder
 
 PROGRAM = textwrap.dedent(
     """
@@ -109,3 +109,40 @@ def test_under_an_address_space_cap_one_big_request_beyond_the_room_left_is_name
         assert finding is None or not any(
             "room left under the cap" in e.text for e in finding.evidence
         )
+
+
+@pytest.mark.parametrize(
+    ("bfc_limit", "first_line"),
+    [
+        pytest.param(
+            512 * MiB,
+            "memdoc: Ran out of TensorFlow's 512.0 MiB CPU allocator limit",
+            id="its-own-limit-below-the-ram",
+        ),
+        pytest.param(None, "memdoc: Ran out of host memory (RAM)", id="no-limit-of-its-own"),
+    ],
+)
+def test_a_framework_allocator_with_a_limit_of_its_own_on_the_cpu_is_named_as_what_ran_out(
+    tmp_path: Path, bfc_limit: int | None, first_line: str
+) -> None:
+    # TensorFlow's BFC allocator on the CPU (TF_CPU_BFC_MEM_LIMIT_IN_MB) stops at its limit.
+    path = tmp_path / "run.memdoc"
+    rec = Recorder(path)
+    rec.event(0.5, EventKind.FRAMEWORK, name="tensorflow", version="2.21.0")
+    rec.sample(0.6, {SeriesKey(Metric.HOST_TOTAL): 24 * GiB, SeriesKey(Metric.HOST_RSS): GiB})
+    oom = OomInfo(
+        framework="tensorflow",
+        kind="allocator",
+        device=0,
+        device_type="cpu",
+        requested_bytes=GiB,
+        bfc_limit_bytes=bfc_limit,
+        message="OOM when allocating tensor with shape[268435456] and type float on CPU:0",
+    )
+    rec.oom(1.0, oom)
+    rec.end(1.5, exit_code=1)
+    stream = io.StringIO()
+
+    print_end_of_run([path], stream)
+
+    assert stream.getvalue().splitlines()[0] == first_line
