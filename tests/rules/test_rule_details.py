@@ -10,7 +10,7 @@ from memdoc.rules.confidence import confidence_word
 from memdoc.rules.engine import diagnose, explain_text
 from memdoc.rules.registry import RULES
 from memdoc.rules.words import explain_in_words
-from memdoc.trace import load_trace
+from memdoc.trace import EventKind, OomInfo, load_trace
 from tests.rules.fixture_cases import RULE_FIXTURES
 from tests.rules.host_scenarios import RANK_PIDS, eval_after_training_on_host, jax_host_failure
 from tests.rules.recorder import MiB, Recorder
@@ -897,3 +897,48 @@ def test_a_jax_failure_with_no_live_arrays_left_is_weighed_without_dividing_by_z
 
     assert not [w for w in trace.warnings if "failed on this trace" in w]
     assert {f.rule for f in findings} & {"xla-temp-buffers", "single-allocation-too-large"}
+
+
+@pytest.mark.parametrize(
+    ("stack_end", "first"),
+    [
+        pytest.param(
+            (
+                "keras/src/layers/layer.py:232:build_wrapper",
+                "keras/src/models/sequential.py:195:build",
+            ),
+            "model-too-large",
+            id="keras-building-its-weights",
+        ),
+        pytest.param(
+            ("keras/src/trainers/trainer.py:300:fit", "keras/src/layers/core/dense.py:140:call"),
+            "activations-too-large",
+            id="a-layer-called-in-fit",
+        ),
+    ],
+)
+def test_a_keras_model_that_fails_while_building_its_weights_is_too_large_before_any_step(
+    tmp_path: Path, stack_end: tuple[str, str], first: str
+) -> None:
+    path = tmp_path / "run.memdoc"
+    rec = Recorder(path)
+    rec.event(0.5, EventKind.FRAMEWORK, name="tensorflow", version="2.21.0")
+    oom = OomInfo(
+        framework="tensorflow",
+        kind="allocator",
+        device=0,
+        device_type="gpu",
+        requested_bytes=64 * MiB,
+        shape=(4096, 4096),
+        dtype="float",
+        op="StatelessRandomUniformV2",
+        message="OOM when allocating tensor with shape[4096,4096] and type float on GPU:0",
+    )
+    rec.oom(
+        1.0, oom, ("train.py:5:<module>", "keras/src/models/sequential.py:76:__init__", *stack_end)
+    )
+    rec.end(1.5, exit_code=1)
+
+    findings = diagnose(load_trace(path))
+
+    assert findings[0].rule == first

@@ -35,10 +35,13 @@ _MOVE_FUNCTIONS = (
     r"(_apply|to|cuda|to_empty|from_pretrained|_load_pretrained_model|dispatch_model"
     r"|load_checkpoint_and_dispatch|set_module_tensor_to_device|_load_state_dict_into_meta_model)"
 )
-# Building parameters: a torch.nn constructor or initialiser (also under `with torch.device`).
+# Building parameters: a torch.nn constructor or initialiser (also under `with torch.device`),
+# a Keras layer or model building its weights.
 _BUILD_FRAMES = (
     (r"torch[/\\]nn[/\\]modules[/\\]", r"__init__|reset_parameters|_reset_parameters"),
     (r"torch[/\\]nn[/\\]init\.py", ""),
+    (r"keras[/\\]", r"build|build_wrapper|_maybe_build|_maybe_rebuild|add_weight|add_variable"),
+    (r"keras[/\\](?:src[/\\])?initializers[/\\]", ""),
 )
 _MOVE_TEXT = r"Loading checkpoint shards|\.from_pretrained\(|\.to\((?:\"|')?cuda|\.cuda\(\)"
 # A TensorFlow node that fills a variable with its initial value.
