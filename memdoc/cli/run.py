@@ -49,12 +49,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-q", "--quiet", action="store_true", help="print nothing but errors at the end"
     )
-    parser.add_argument(
+    reports = parser.add_mutually_exclusive_group()
+    reports.add_argument(
         "--report",
         action="store_true",
         help="also write the HTML report, beside the trace (run.memdoc -> run.html)",
     )
-    parser.add_argument(
+    reports.add_argument(
         "--report-to",
         metavar="FILE",
         help="also write the HTML report, to FILE (--report takes no file name)",
@@ -122,7 +123,8 @@ def program_command(args: argparse.Namespace) -> tuple[list[str], list[str]]:
             f"{script} is not a Python program: --report takes no file name",
             hint=f"memdoc run --report-to {script} {' '.join(rest[1:]) or 'train.py'}",
         )
-    if not Path(script).is_file():
+    # What python runs: a file (a script or a zip), or a folder with a __main__.py.
+    if not (Path(script).is_file() or (Path(script) / "__main__.py").is_file()):
         raise MemdocError(
             f"{script}: no such file", hint="for a command, put it after --: memdoc run -- cmd"
         )

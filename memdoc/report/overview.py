@@ -169,7 +169,12 @@ def _watch_error(trace: Trace) -> str:
 
 
 def _last_error(trace: Trace) -> str:
-    errors = trace.events(EventKind.EXCEPTION)
+    """The exception that ended the program: one its own process raised, not a child's (a
+    shell script whose Python child failed ended with the script's own code)."""
+    from memdoc.rules.facts import root_pid
+
+    root = root_pid(trace)
+    errors = [e for e in trace.events(EventKind.EXCEPTION) if root is None or e.pid in (root, None)]
     if not errors:
         return ""
     return f" (uncaught {errors[-1].data.get('type', 'exception')})"

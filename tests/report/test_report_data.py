@@ -165,7 +165,7 @@ def test_a_snapshot_that_cannot_be_read_is_left_out_with_a_warning(tmp_path: Pat
 
 
 def _ended(end: ExitInfo | None, *events: Event, mode: str = "run") -> tuple[str, str, bool]:
-    header = Header(version=SCHEMA_VERSION, created_unix=T0, memdoc_version="0", mode=mode)
+    header = Header(version=SCHEMA_VERSION, created_unix=T0, memdoc_version="0", mode=mode, pid=PID)
     trace = Trace(header)
     for event in events:
         trace.add_event(event)
@@ -207,6 +207,13 @@ ERROR = Event(2.0, EventKind.EXCEPTION, PID, {"type": "ValueError"})
             "watch",
             ("error", "Failed with exit code 1 (uncaught ValueError) after 3.0s", True),
             id="uncaught exception",
+        ),
+        pytest.param(
+            ExitInfo(3.0, exit_code=7),
+            (Event(2.0, EventKind.EXCEPTION, PID + 1, {"type": "ValueError"}),),
+            "run",
+            ("error", "Failed with exit code 7 after 3.0s", True),
+            id="a child's exception is not the program's",
         ),
         pytest.param(
             ExitInfo(3.0, signal=15),

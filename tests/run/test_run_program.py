@@ -126,6 +126,20 @@ def test_the_arguments_after_a_module_are_the_modules_own(tmp_path: Path) -> Non
     assert not (tmp_path / "mine.memdoc").exists() and not list(tmp_path.glob("*.html"))
 
 
+def test_a_folder_with_a_main_module_runs_like_python_folder(tmp_path: Path) -> None:
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__main__.py").write_text("import sys\nprint('app', sys.argv[1:])\n")
+
+    (tmp_path / "data").mkdir()
+
+    watched = run_memdoc("run", "-q", "-o", "t.memdoc", "app", "x", cwd=tmp_path)
+    refused = run_memdoc("run", "-q", "-o", "u.memdoc", "data", cwd=tmp_path)
+
+    assert watched.returncode == 0, watched.stderr
+    assert watched.stdout == b"app ['x']\n"
+    assert refused.returncode == 2 and b"data: no such file" in refused.stderr
+
+
 def test_a_module_flag_without_a_module_is_a_usage_error(tmp_path: Path) -> None:
     watched = run_memdoc("run", "-m", cwd=tmp_path)
 
@@ -346,6 +360,11 @@ def test_a_child_that_exhausts_host_memory_under_rlimit_as_is_recorded_near_its_
         pytest.param(["run", "--interval", "0", "x.py"], b"--interval", id="bad-interval"),
         pytest.param(["run", "--interval", "inf", "x.py"], b"--interval", id="endless-interval"),
         pytest.param(["run", "--interval", "nan", "x.py"], b"--interval", id="nan-interval"),
+        pytest.param(
+            ["run", "--report", "--report-to", "r.html", "x.py"],
+            b"not allowed with",
+            id="two-report-options",
+        ),
     ],
 )
 def test_bad_invocations_get_one_line_and_exit_2(
