@@ -146,3 +146,18 @@ def test_a_framework_allocator_with_a_limit_of_its_own_on_the_cpu_is_named_as_wh
     print_end_of_run([path], stream)
 
     assert stream.getvalue().splitlines()[0] == first_line
+
+
+def test_the_evidence_names_a_limit_once_when_the_jobs_limit_is_the_failing_process_cap(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "run.memdoc"
+    torch_host_failure(
+        path, stack=FORWARD, requested=89_478_400, rlimit=1_419_857_920, peak=700 * MiB
+    )
+
+    (host,) = [f for f in diagnose(load_trace(path)) if f.rule == "host-oom"]
+
+    texts = [e.text for e in host.evidence]
+    assert len(texts) == len(set(texts)), texts
+    assert any(t.startswith("address-space cap (RLIMIT_AS)") for t in texts)

@@ -475,7 +475,9 @@ def _error_evidence(trace: Trace, fail: Failure, pressure: _Pressure | None) -> 
     limits = host_limits(trace, fail.pid, fail.host)
     resident = resident_at_failure(trace, fail)
     if limits and limits[0].label.startswith("address-space") and resident:
-        evidence.append(bytes_evidence(limits[0].label, limits[0].limit_bytes))
+        cap = bytes_evidence(limits[0].label, limits[0].limit_bytes)
+        if cap.text not in {e.text for e in evidence}:  # the job's limit may be this cap
+            evidence.append(cap)
         evidence.append(bytes_evidence("resident memory of the failing process", resident))
     return evidence
 
