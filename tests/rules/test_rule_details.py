@@ -918,7 +918,7 @@ def test_a_jax_failure_with_no_live_arrays_left_is_weighed_without_dividing_by_z
     ],
 )
 def test_a_keras_model_that_fails_while_building_its_weights_is_too_large_before_any_step(
-    tmp_path: Path, stack_end: tuple[str, str], first: str
+    tmp_path: Path, stack_end: tuple[str, ...], first: str
 ) -> None:
     path = tmp_path / "run.memdoc"
     rec = Recorder(path)
