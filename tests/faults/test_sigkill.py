@@ -121,8 +121,8 @@ def kill_program_trial(seed: int, folder: Path) -> Trial:
         trial.problem = loaded
         return trial
     trial.trace = loaded
-    if memdoc.returncode != 128 + signal.SIGKILL:
-        trial.problem = f"memdoc exited {memdoc.returncode}, not 137"
+    if memdoc.returncode != -signal.SIGKILL:  # memdoc dies of its program's signal
+        trial.problem = f"memdoc exited {memdoc.returncode}, not by SIGKILL"
     elif loaded.exit is None or loaded.exit.signal != signal.SIGKILL:
         trial.problem = f"the trace ends with {loaded.exit}, not the SIGKILL"
     else:
