@@ -66,6 +66,10 @@ _FORMS = (
     _Form("dst tensor is not initialized", None, "tensorflow"),
     _Form("error code 2: outofmemory", "trt"),  # TensorRT's builder and runtime
     _Form("exceeded max size of memory object allocation", "opencl"),  # OpenVINO's GPU plugin
+    # OpenCL's CL_MEM_OBJECT_ALLOCATION_FAILURE, as LightGBM's GPU build and Boost.Compute
+    # print it.
+    _Form("memory object allocation failure", "opencl"),
+    _Form("cl_mem_object_allocation_failure", "opencl"),
     # vLLM at start-up: what gpu_memory_utilization leaves after the weights and the profiled
     # activations does not hold the KV cache of one sequence of max_model_len tokens.
     _Form("tokens that can be stored in kv cache", "vllm", "pytorch"),
@@ -139,6 +143,12 @@ _DEVICE = (
     loose(r"\bon GPU (\d{1,4})\b"),  # PaddlePaddle: "Out of memory error on GPU 0"
     re.compile(r"^[\w.-]{1,80}:\d{1,10}:\d{1,10} \[(\d{1,4})\]"),  # NCCL's host:pid:tid [dev]
 )
+# Accelerators named by their model: a line that names one is about device memory
+# ("Out of memory error on T4 instance", "RTX 4090", "MI250").
+GPU_NAMES = (
+    r"\b(?:[TVAHLKP]\d{1,3}|[AH]\d{2,3}[ -]?\d{0,2}GB|RTX|GTX|Quadro|Tesla|TITAN|Jetson|Radeon"
+    r"|Instinct|MI\d{3}X?|Arc A\d{3})\b"
+)
 # The generic fallback: "out of memory" said as an error, not as advice or a warning.
 _ERRORISH = re.compile(
     r"error|fail|fatal|exception|abort|unable|cannot|could not|check failed|\boom\b", re.I
@@ -148,7 +158,9 @@ ADVICE = re.compile(
     r" out of memory|not a failure",
     re.I,
 )
-_GPU_WORDS = re.compile(r"cuda|gpu|hip|rocm|device|cudnn|cublas|nccl|nvinfer|\[trt\]", re.I)
+_GPU_WORDS = re.compile(
+    r"cuda|gpu|hip|rocm|device|cudnn|cublas|nccl|nvinfer|\[trt\]|thrust::|" + GPU_NAMES, re.I
+)
 _LIBRARY_WORDS = (
     ("nccl", "nccl"),
     ("nvinfer", "trt"),
@@ -247,7 +259,9 @@ def find_fallback(log: LogText) -> list[Hit]:
         window = log.window(line, column, max_lines=2)
         if ADVICE.search(" ".join(window.parts)[:2000]) or is_source_line(window.parts[0]):
             continue
-        if _GPU_WORDS.search(first):
+        # The line, or the one above it (C++'s "terminate called after throwing an instance
+        # of 'thrust::system::system_error'" above its what()).
+        if _GPU_WORDS.search(first) or _GPU_WORDS.search(log.head(line - 1, 300)):
             library = _library_named(first.lower()) or "cuda"
             hits.append(replace(_hit(log, line, window, library, None, lookback=False), weak=True))
         else:

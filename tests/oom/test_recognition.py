@@ -710,3 +710,36 @@ def test_titles_and_exit_lines_are_memory_errors_only_when_memory_is_blamed(
     found = parse_text(text)
 
     assert (found.kind if found else None) == kind
+
+
+@pytest.mark.parametrize(
+    ("text", "device_type", "library"),
+    [
+        pytest.param(
+            "lightgbm.basic.LightGBMError: Memory Object Allocation Failure",
+            "gpu",
+            "opencl",
+            id="opencl-by-lightgbm",
+        ),
+        pytest.param("Out of memory error on T4 instance", "gpu", "cuda", id="a-gpu-named"),
+        pytest.param(
+            "terminate called after throwing an instance of 'thrust::system::system_error'\n"
+            "  what():  parallel_for failed: out of memory",
+            "gpu",
+            "cuda",
+            id="thrust-above-its-what",
+        ),
+        pytest.param(
+            "fatal: Out of memory, malloc failed (tried to allocate 123 bytes)",
+            "cpu",
+            None,
+            id="malloc-on-the-host",
+        ),
+    ],
+)
+def test_an_out_of_memory_line_is_the_devices_when_it_or_the_line_above_names_one(
+    text: str, device_type: str, library: str | None
+) -> None:
+    found = parse_text(text)
+
+    assert found is not None and (found.device_type, found.library) == (device_type, library)

@@ -29,9 +29,9 @@ FRAMEWORKS = {"pytorch", "tensorflow", "jax", "nccl", "host", "other"}
 
 # Measured on each half with the rules of the day: the rates may only go up, the count of
 # non-memory errors taken for memory errors may only go down.
-TOP1_FLOOR = {"dev": 0.605, "held": 0.522}
-TOP3_FLOOR = {"dev": 0.873, "held": 0.744}
-RECOGNISED_FLOOR = {"dev": 0.971, "held": 0.884}
+TOP1_FLOOR = {"dev": 0.607, "held": 0.522}
+TOP3_FLOOR = {"dev": 0.88, "held": 0.744}
+RECOGNISED_FLOOR = {"dev": 0.976, "held": 0.884}
 FALSE_POSITIVES_CEILING = {"dev": 13, "held": 12}
 # Whether a surer confidence word is right at least as often as a less sure one, on each half,
 # with the rules of the day. Where it is not, the test is a strict xfail: fixing it flips it.
