@@ -77,6 +77,11 @@ def test_a_spawned_rank_records_its_own_oom_with_its_rank_and_its_own_numbers(
     }
     assert evidence[f"address-space cap (RLIMIT_AS) of process {rank_pid}"] == cap
     assert b"memdoc: Rank 1 ran out of host memory (RAM)" in run.stderr
+    # AND host-oom weighs the rank's address space against that cap, not the job against RAM
+    (host,) = [f for f in json.loads(out.stdout)["findings"] if f["rule"] == "host-oom"]
+    texts = [e["text"].rpartition(": ")[0] for e in host["evidence"]]
+    assert "address space of the failing process / its limit" in texts, texts
+    assert "peak / limit" not in texts and "host RAM" not in texts, texts
 
 
 # A batch-size finder: each batch that does not fit under the address-space cap is logged

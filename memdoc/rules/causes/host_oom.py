@@ -13,6 +13,7 @@ from memdoc.rules.facts import Failure, failure, frameworks, root_pid
 from memdoc.rules.host import (
     HOST_KINDS,
     Limit,
+    address_space_at_failure,
     gpu_recorded,
     host_limits,
     job_limit,
@@ -466,19 +467,40 @@ def _error_evidence(trace: Trace, fail: Failure, pressure: _Pressure | None) -> 
         evidence.append(bytes_evidence("requested in host memory", fail.oom.requested_bytes))
     if pressure is None:
         return evidence
+    limits = host_limits(trace, fail.pid, fail.host)
+    own = limits[0] if limits else None
+    if own is not None and pressure.limit_bytes and own.limit_bytes < pressure.limit_bytes:
+        # The failing process had a limit of its own, tighter than the job's (a rank that
+        # set RLIMIT_AS, a worker in a smaller cgroup): weigh it against that one.
+        evidence.extend(_pressure_evidence(pressure, with_limit=False))
+        evidence.extend(_own_limit_evidence(trace, fail, own))
+        return evidence
     evidence.extend(_pressure_evidence(pressure))
     for process in fail.oom.processes:
         worker = trace.peak(Metric.HOST_RSS, None, process.pid) if process.pid else None
         if worker is not None and process.pid != fail.pid:
             label = f"peak resident memory of process {process.pid}, which died"
             evidence.append(bytes_evidence(label, worker[1]))
-    limits = host_limits(trace, fail.pid, fail.host)
     resident = resident_at_failure(trace, fail)
     if limits and limits[0].label.startswith("address-space") and resident:
         cap = bytes_evidence(limits[0].label, limits[0].limit_bytes)
         if cap.text not in {e.text for e in evidence}:  # the job's limit may be this cap
             evidence.append(cap)
         evidence.append(bytes_evidence("resident memory of the failing process", resident))
+    return evidence
+
+
+def _own_limit_evidence(trace: Trace, fail: Failure, own: Limit) -> list[Evidence]:
+    """The failing process's own limit and what it counts (address space for RLIMIT_AS,
+    resident memory for a cgroup), at the error."""
+    if own.kind == "rlimit-as":
+        label, used = "address space of the failing process", address_space_at_failure(trace, fail)
+    else:
+        label, used = "resident memory of the failing process", resident_at_failure(trace, fail)
+    evidence = [bytes_evidence(own.label, own.limit_bytes)]
+    if used is not None:
+        evidence.append(bytes_evidence(label, used))
+        evidence.append(share_evidence(f"{label} / its limit", used / own.limit_bytes))
     return evidence
 
 
@@ -532,13 +554,13 @@ def _several_processes(trace: Trace) -> bool:
     return len(pids) > 1
 
 
-def _pressure_evidence(pressure: _Pressure) -> list[Evidence]:
+def _pressure_evidence(pressure: _Pressure, *, with_limit: bool = True) -> list[Evidence]:
     evidence: list[Evidence] = []
     if pressure.peak_bytes is not None:
         evidence.append(bytes_evidence(pressure.peak_label, pressure.peak_bytes))
-    if pressure.counted_bytes is not None:
+    if pressure.counted_bytes is not None and with_limit:
         evidence.append(bytes_evidence(pressure.counted_label, pressure.counted_bytes))
-    if pressure.limit_bytes:
+    if pressure.limit_bytes and with_limit:
         evidence.append(bytes_evidence(pressure.limit_label, pressure.limit_bytes))
         used = pressure.counted_bytes if pressure.counted_bytes is not None else pressure.peak_bytes
         if used is not None:
