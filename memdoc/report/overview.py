@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from memdoc.report.ledger import held_series, oom_device
 from memdoc.report.timeline import end_words
-from memdoc.rules.host import job_limit
+from memdoc.rules.facts import root_pid
+from memdoc.rules.host import host_limits, job_limit
 from memdoc.trace import EventKind, Metric, OomInfo, Trace
 from memdoc.trace.model import FRAMEWORK_PREFIXES, RAISED_OUT_OF_WATCH
 from memdoc.trace.reader import oom_of
@@ -70,7 +71,9 @@ def ending_of(trace: Trace) -> Ending:
     end = trace.exit
     survived = event is not None and end is not None and end.status == 0
     if event is not None and oom is not None and not survived:
-        return Ending(*_oom_words(trace, oom, event.pid), bad=True, t=event.t)
+        host = event.data.get("host")
+        at_error = host if isinstance(host, dict) else None
+        return Ending(*_oom_words(trace, oom, event.pid, at_error), bad=True, t=event.t)
     if end is None:
         if trace.header.mode == "import":
             return Ending("imported", "Imported from another tool's files: no end recorded", False)
@@ -110,7 +113,9 @@ def _distinct_ooms(trace: Trace) -> int:
     return len(in_process or events)
 
 
-def _oom_words(trace: Trace, oom: OomInfo, pid: int | None) -> tuple[str, str]:
+def _oom_words(
+    trace: Trace, oom: OomInfo, pid: int | None, at_error: dict[str, int] | None = None
+) -> tuple[str, str]:
     from memdoc.rules.host import on_host
 
     rank = _rank_of(trace, pid)
@@ -120,10 +125,20 @@ def _oom_words(trace: Trace, oom: OomInfo, pid: int | None) -> tuple[str, str]:
         if own is not None:
             # TensorFlow's BFC allocator on the CPU stops at its own limit, below the RAM.
             return "host-oom", f"{who} out of {own}"
-        return "host-oom", f"{who} out of host memory (RAM)"
+        return "host-oom", f"{who} out of host memory{_under_limit(trace, pid, at_error)}"
     device = oom_device(trace, oom)
     where = f" on GPU {device}" if device is not None else ""
     return "oom", f"{who} out of GPU memory{where}"
+
+
+def _under_limit(trace: Trace, pid: int | None, at_error: dict[str, int] | None) -> str:
+    """ " (RAM)", or the tighter limit that applied: " under its 1.5 GiB address-space cap".
+    What the failing process read of its own limits at the error counts first: a cap set just
+    before the failure may not have been sampled yet."""
+    limits = host_limits(trace, pid if pid is not None else root_pid(trace), at_error)
+    if not limits or limits[0].kind == "ram":
+        return " (RAM)"
+    return f" under its {format_bytes(limits[0].limit_bytes)} {limits[0].name}"
 
 
 def _own_allocator_limit(trace: Trace, oom: OomInfo) -> str | None:
@@ -171,8 +186,6 @@ def _watch_error(trace: Trace) -> str:
 def _last_error(trace: Trace) -> str:
     """The exception that ended the program: one its own process raised, not a child's (a
     shell script whose Python child failed ended with the script's own code)."""
-    from memdoc.rules.facts import root_pid
-
     root = root_pid(trace)
     errors = [e for e in trace.events(EventKind.EXCEPTION) if root is None or e.pid in (root, None)]
     if not errors:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from memdoc.trace import load_trace
+from memdoc.units import format_bytes
 from tests.conftest import run_memdoc
 
 MiB = 1024**2
@@ -76,7 +77,8 @@ def test_a_spawned_rank_records_its_own_oom_with_its_rank_and_its_own_numbers(
         for e in f["evidence"]
     }
     assert evidence[f"address-space cap (RLIMIT_AS) of process {rank_pid}"] == cap
-    assert b"memdoc: Rank 1 ran out of host memory (RAM)" in run.stderr
+    said = f"memdoc: Rank 1 ran out of host memory under its {format_bytes(cap)} address-space cap"
+    assert said.encode() in run.stderr
     # AND host-oom weighs the rank's address space against that cap, not the job against RAM
     (host,) = [f for f in json.loads(out.stdout)["findings"] if f["rule"] == "host-oom"]
     texts = [e["text"].rpartition(": ")[0] for e in host["evidence"]]
@@ -159,7 +161,7 @@ def test_a_memory_error_the_program_exits_on_is_recorded_in_its_process(tmp_path
     assert event.pid == trace.processes(ours=True)[0].pid
     assert event.data["where"] == "exit"
     assert event.data["host"]["rlimit_as_bytes"] == 600 * MiB
-    assert b"memdoc: Ran out of host memory (RAM)" in run.stderr
+    assert b"memdoc: Ran out of host memory under its 600.0 MiB address-space cap" in run.stderr
 
 
 # TensorFlow's CPU BFC allocator capped at 64 MiB: a 128 MiB tensor raises a real
