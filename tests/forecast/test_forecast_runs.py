@@ -29,7 +29,9 @@ def test_torch_leak_forecast_at_30_percent_names_the_oom_step(tmp_path: Path) ->
 
 
 def test_torch_leak_run_writes_the_forecast_live_and_the_summary_says_it(tmp_path: Path) -> None:
-    run = leak_run(tmp_path, "torch_leak.py", "3", "400", "0.04")
+    # 2 MiB a step: the OOM comes near step 140, and the forecast, which needs about twenty
+    # points, near step 45 (at 3 MiB a step a loaded machine put it at exactly half).
+    run = leak_run(tmp_path, "torch_leak.py", "2", "400", "0.04")
     events = [e for e in run.trace.events(EventKind.FORECAST) if e.data["state"] == "likely"]
     assert events, "no forecast event during the run"
     first = Forecast.from_data(events[0].data)
