@@ -148,9 +148,15 @@ class _Pressure:
     kills_counted: bool = False  # the cgroup's OOM-kill counter was read during the run
 
     @property
+    def used_bytes(self) -> float | None:
+        """What the limit counts, at its peak: a shared cgroup's usage or the capped
+        process's address space where the limit counts those, else the job's resident peak."""
+        return self.counted_bytes if self.counted_bytes is not None else self.peak_bytes
+
+    @property
     def used_share(self) -> float | None:
-        """What the limit counts at its peak, as a share of the limit."""
-        used = self.counted_bytes if self.counted_bytes is not None else self.peak_bytes
+        """`used_bytes` as a share of the limit."""
+        used = self.used_bytes
         return used / self.limit_bytes if used is not None and self.limit_bytes else None
 
     @property
@@ -165,10 +171,8 @@ class _Pressure:
 
     @property
     def near_limit(self) -> bool:
-        used = self.counted_bytes if self.counted_bytes is not None else self.peak_bytes
-        return bool(used and self.limit_bytes) and (
-            float(used or 0) >= NEAR_LIMIT * float(self.limit_bytes or 1)
-        )
+        share = self.used_share
+        return share is not None and share >= NEAR_LIMIT
 
 
 @dataclass(frozen=True)
@@ -562,9 +566,8 @@ def _pressure_evidence(pressure: _Pressure, *, with_limit: bool = True) -> list[
         evidence.append(bytes_evidence(pressure.counted_label, pressure.counted_bytes))
     if pressure.limit_bytes and with_limit:
         evidence.append(bytes_evidence(pressure.limit_label, pressure.limit_bytes))
-        used = pressure.counted_bytes if pressure.counted_bytes is not None else pressure.peak_bytes
-        if used is not None:
-            evidence.append(share_evidence("peak / limit", used / pressure.limit_bytes))
+        if pressure.used_share is not None:
+            evidence.append(share_evidence("peak / limit", pressure.used_share))
     if pressure.oom_kills:
         evidence.append(count_evidence("OOM kills in the job's cgroup", pressure.oom_kills))
     return evidence
