@@ -28,15 +28,15 @@ FINDINGS_EXIT_HELP = (
 
 
 class ExitStatus(int):
-    """An exit status that may stand for a death by a signal: 128+N, with `signal` N, for a
-    program that was killed. The console entry then dies of the same signal, as the program
+    """An exit status (128+N for a program killed by signal N, as a shell sees it) that
+    remembers the signal. The console entry then dies of the same signal, as the program
     did, so that a shell or a parent sees what it would without memdoc (a shell's loop stops
     on Ctrl-C; `subprocess` reports -N)."""
 
     signal: int | None
 
     def __new__(cls, status: int, signal: int | None = None) -> ExitStatus:
-        value = super().__new__(cls, 128 + signal if signal is not None else status)
+        value = super().__new__(cls, status)
         value.signal = signal
         return value
 

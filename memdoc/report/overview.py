@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from memdoc.report.ledger import held_series, oom_device
 from memdoc.report.timeline import end_words
-from memdoc.rules.facts import root_pid
+from memdoc.rules.facts import framework_name, root_pid
 from memdoc.rules.host import host_limits, job_limit
 from memdoc.trace import EventKind, Metric, OomInfo, Trace
 from memdoc.trace.model import FRAMEWORK_PREFIXES, RAISED_OUT_OF_WATCH
@@ -144,8 +144,6 @@ def _under_limit(trace: Trace, pid: int | None, at_error: dict[str, int] | None)
 def _own_allocator_limit(trace: Trace, oom: OomInfo) -> str | None:
     """ "TensorFlow's 512 MiB CPU allocator limit" when a framework's allocator on the host
     has a limit of its own below the job's, which is then what ran out."""
-    from memdoc.rules.facts import framework_name
-
     own = oom.bfc_limit_bytes or oom.limit_bytes
     job = job_limit(trace)
     if not own or oom.framework in ("host", "unknown") or (job and own >= job.limit_bytes):
