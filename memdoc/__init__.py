@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from memdoc.api import mark, step, watch
 from memdoc.version import __version__
 
 if TYPE_CHECKING:
+    from memdoc.api import mark, step, watch
     from memdoc.run.headroom import Headroom
 
 __all__ = ["__version__", "headroom", "load_ipython_extension", "mark", "step", "watch"]
@@ -35,6 +35,18 @@ def headroom(
     from memdoc.run.headroom import find_headroom
 
     return find_headroom(command, sizes, steps=steps, margin=margin, multiple_of=multiple_of)
+
+
+def __getattr__(name: str) -> Any:
+    """`memdoc.watch`, `memdoc.step` and `memdoc.mark`, imported on first use: the sessions
+    they need are not loaded by `import memdoc.cli` or the `memdoc` command's start."""
+    if name in ("mark", "step", "watch"):
+        from memdoc import api
+
+        value = getattr(api, name)
+        globals()[name] = value  # later lookups find it without coming here
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load_ipython_extension(shell: Any) -> None:
