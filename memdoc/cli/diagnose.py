@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memdoc.cli.common import (
     FINDINGS_EXIT_HELP,
@@ -13,7 +13,9 @@ from memdoc.cli.common import (
     failing_in_one_line,
     findings_exit_code,
 )
-from memdoc.trace.reader import Run, Trace
+
+if TYPE_CHECKING:
+    from memdoc.trace.reader import Run, Trace
 
 NAME = "diagnose"
 HELP = "say why a run ran out of memory and what to change (terminal; --json for tools)"

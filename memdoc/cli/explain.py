@@ -6,9 +6,7 @@ import argparse
 import json
 import sys
 from dataclasses import replace
-
-from rich.console import Console, Group
-from rich.text import Text
+from typing import TYPE_CHECKING
 
 from memdoc.cli.common import (
     FINDINGS_EXIT_HELP,
@@ -19,13 +17,15 @@ from memdoc.cli.common import (
     warn,
 )
 from memdoc.errors import MemdocError
-from memdoc.report.terminal import findings_view
-from memdoc.rules.engine import Explanation, explain_in_words, explain_text, to_json
-from memdoc.rules.facts import framework_name
-from memdoc.rules.words import disguise_headline
-from memdoc.trace.model import OomInfo
-from memdoc.trace.reader import looks_like_trace
 from memdoc.units import format_percent
+
+# The rules, the trace reader and rich are imported when the command runs: every `memdoc`
+# command builds this module's parser, and `memdoc --version` should not pay for them.
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from memdoc.rules.engine import Explanation
+    from memdoc.trace.model import OomInfo
 
 NAME = "explain"
 HELP = "explain an out-of-memory error from its text (a file, a log, or stdin)"
@@ -57,6 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 @failing_in_one_line
 def run(args: argparse.Namespace) -> int:
+    from memdoc.rules.engine import explain_text, to_json
+    from memdoc.trace.reader import looks_like_trace
+
     if args.file is None and sys.stdin.isatty():
         raise MemdocError(
             "no error text given",
@@ -84,6 +87,12 @@ def run(args: argparse.Namespace) -> int:
 
 def render(result: Explanation, console: Console) -> None:
     """The headline, the plain-words paragraph, then the findings best first."""
+    from rich.console import Group
+    from rich.text import Text
+
+    from memdoc.report.terminal import findings_view
+    from memdoc.rules.engine import explain_in_words
+
     if result.oom is None:
         console.print(NO_MEMORY_ERROR)
         if result.not_memory is not None:
@@ -111,6 +120,9 @@ def render(result: Explanation, console: Console) -> None:
 
 def headline(oom: OomInfo) -> str:
     """ "PyTorch: out of memory on GPU 0 (line 12)" and the like."""
+    from memdoc.rules.facts import framework_name
+    from memdoc.rules.words import disguise_headline
+
     who = framework_name(oom.framework) if oom.framework not in ("unknown", "host") else ""
     if oom.kind == "disguised":
         what = disguise_headline(oom)

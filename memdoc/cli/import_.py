@@ -8,8 +8,6 @@ from pathlib import Path
 
 from memdoc.cli.common import check_output_path
 from memdoc.errors import InputError
-from memdoc.importers import import_files, save_trace
-from memdoc.importers.smi_csv import parse_columns
 from memdoc.printable import printable
 from memdoc.units import format_duration
 
@@ -38,6 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here: every `memdoc` command builds this module's parser.
+    from memdoc.importers import import_files, save_trace
+    from memdoc.importers.smi_csv import parse_columns
+
     out = check_output_path(args.output, force=args.force)
     for name in args.files:
         if _same_file(Path(name), out):

@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import os
-import platform
 import sys
 from typing import Any
 
-import psutil
-
-from memdoc.collectors.host import find_cgroup
-from memdoc.collectors.nvml_gate import NvmlUnavailable, open_gate
 from memdoc.printable import printable
-from memdoc.trace.model import allowlisted_env
 from memdoc.units import format_bytes
 from memdoc.version import __version__
 
@@ -41,6 +34,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def collect() -> dict[str, Any]:
     """Everything `memdoc info` shows, as data."""
+    # Imported here: every `memdoc` command builds this module's parser.
+    import platform
+
+    import psutil
+
+    from memdoc.collectors.host import find_cgroup
+    from memdoc.collectors.nvml_gate import NvmlUnavailable, open_gate
+    from memdoc.trace.model import allowlisted_env
+
     vm = psutil.virtual_memory()
     info: dict[str, Any] = {
         "memdoc": __version__,
@@ -81,6 +83,8 @@ def collect() -> dict[str, Any]:
 
 
 def _version(dists: tuple[str, ...]) -> str | None:
+    import importlib.metadata
+
     for dist in dists:
         try:
             return importlib.metadata.version(dist)

@@ -5,11 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rich.console import Console
-from rich.markdown import Markdown
-
 from memdoc.errors import MemdocError
-from memdoc.rules.registry import all_rules, all_run_rules, closest_slug, get_rule
 
 NAME = "rules"
 HELP = "list the root causes memdoc knows, or print one's documentation"
@@ -22,6 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here: every `memdoc` command builds this module's parser.
+    from memdoc.rules.registry import closest_slug, get_rule
+
     if args.slug is None:
         print(catalogue_text())
         return 0
@@ -33,6 +32,9 @@ def run(args: argparse.Namespace) -> int:
             f"no rule named {args.slug!r}", hint=f"{hint}`memdoc rules` lists them all"
         )
     if sys.stdout.isatty():
+        from rich.console import Console
+        from rich.markdown import Markdown
+
         Console().print(Markdown(rule.doc))
     else:
         print(rule.doc, end="")
@@ -41,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
 
 def catalogue_text() -> str:
     """Code, slug and title of every rule, one a line; cross-rank rules after a heading."""
+    from memdoc.rules.registry import all_rules, all_run_rules
+
     lines = [_line(r.code, r.slug, r.title) for r in all_rules()]
     lines += ["", "Across ranks (memdoc diagnose with several traces):"]
     lines += [_line(r.code, r.slug, r.title) for r in all_run_rules()]

@@ -151,7 +151,7 @@ def test_a_failure_inside_memdoc_is_one_line_and_status_1(
     def broken(text: str) -> None:
         raise RuntimeError("rule engine broke")
 
-    monkeypatch.setattr("memdoc.cli.explain.explain_text", broken)
+    monkeypatch.setattr("memdoc.rules.engine.explain_text", broken)
     log = tmp_path / "crash.log"
     log.write_text("RuntimeError: CUDA error: out of memory\n")
 
