@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from memdoc.oom import bfc, disguised, headline, host, pytorch, tensorflow, xla
-from memdoc.oom.combine import combine
-from memdoc.oom.logtext import Hit, LogText
-from memdoc.oom.lookalike import other_limit
-from memdoc.trace.model import OomInfo
+if TYPE_CHECKING:
+    from memdoc.oom.logtext import Hit, LogText
+    from memdoc.trace.model import OomInfo
 
 __all__ = ["looks_like_memory_error", "parse_all", "parse_text"]
 
@@ -21,17 +21,25 @@ __all__ = ["looks_like_memory_error", "parse_all", "parse_text"]
 # error), "dataloader-killed" (a DataLoader worker died). Numbers stay as printed, even
 # impossible ones (2^64 from NVML); `requested_unknown_huge` flags requests of 1 EiB or more.
 
-# Most specific first: where two parsers read the same line, the earlier one wins.
-_PARSERS: tuple[Callable[[LogText], list[Hit]], ...] = (
-    pytorch.find,
-    tensorflow.find,
-    bfc.find,
-    xla.find,
-    disguised.find,
-    host.find,
-    disguised.find_fallback,
-    headline.find,
-)
+
+@functools.cache
+def _parsers() -> tuple[Callable[[LogText], list[Hit]], ...]:
+    """The parsers, most specific first: where two read the same line, the earlier one wins.
+
+    Imported on the first parse, not with the package: the agent in every process of a run
+    reads memdoc.oom.names and parses nothing, and the parsers compile many patterns."""
+    from memdoc.oom import bfc, disguised, headline, host, pytorch, tensorflow, xla
+
+    return (
+        pytorch.find,
+        tensorflow.find,
+        bfc.find,
+        xla.find,
+        disguised.find,
+        host.find,
+        disguised.find_fallback,
+        headline.find,
+    )
 
 
 # A line that names an illegal memory access reports a kernel's fault, whatever wraps it
@@ -54,6 +62,8 @@ _SHARED_WORDS_KINDS = ("host-alloc", "shm", "allocator", "disguised")
 def _another_limit(log: LogText, hit: Hit) -> bool:
     """A failure whose own lines (and the two around them) name a limit that is not the
     memory's size: the locked-memory limit, the count of memory maps, a disk quota."""
+    from memdoc.oom.lookalike import other_limit
+
     if hit.info.kind not in _SHARED_WORDS_KINDS:
         return False
     around = range(max(0, hit.line - 2), min(len(log.lines), max(hit.end, hit.line) + 3))
@@ -62,6 +72,9 @@ def _another_limit(log: LogText, hit: Hit) -> bool:
 
 def parse_all(text: str) -> list[OomInfo]:
     """Every memory error in `text`, in order of appearance, echoes of one error merged."""
+    from memdoc.oom.combine import combine
+    from memdoc.oom.logtext import LogText
+
     if not isinstance(text, str):
         text = bytes(text).decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
     try:
@@ -69,7 +82,7 @@ def parse_all(text: str) -> list[OomInfo]:
     except MemoryError:
         return []
     hits: list[Hit] = []
-    for priority, parser in enumerate(_PARSERS):
+    for priority, parser in enumerate(_parsers()):
         try:
             found = parser(log)
         except Exception:  # one parser's bug must not hide the others' findings
