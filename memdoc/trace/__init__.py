@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from memdoc.trace.model import (
     SCHEMA_VERSION,
     CollectorStatus,
@@ -18,8 +21,22 @@ from memdoc.trace.model import (
     SeriesKey,
     framework_metric,
 )
-from memdoc.trace.reader import Run, Series, StepStat, Trace, load_run, load_trace
-from memdoc.trace.writer import TraceWriter
+
+if TYPE_CHECKING:
+    from memdoc.trace.reader import Run, Series, StepStat, Trace, load_run, load_trace
+    from memdoc.trace.writer import TraceWriter
+
+# The reader and the writer are imported on first use, not with the package: a process that
+# only needs the model (the agent in every process of a run) does not load them.
+_LAZY = {
+    "Run": "memdoc.trace.reader",
+    "Series": "memdoc.trace.reader",
+    "StepStat": "memdoc.trace.reader",
+    "Trace": "memdoc.trace.reader",
+    "load_run": "memdoc.trace.reader",
+    "load_trace": "memdoc.trace.reader",
+    "TraceWriter": "memdoc.trace.writer",
+}
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -44,3 +61,12 @@ __all__ = [
     "load_run",
     "load_trace",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
