@@ -113,3 +113,25 @@ def write_atomically(path: Path, data: str | bytes) -> None:
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise MemdocError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def output_folder(path: Path) -> Path:
+    """A folder to write outputs in: created (with its parents) when missing, never one
+    reached through a link that another user planted, and one this user can write to.
+
+    Raises:
+        MemdocError: the path is another user's link, is not a folder, or cannot be
+            created or written.
+    """
+    refuse_foreign_link(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)  # several nodes of a job may create it at once
+    except FileExistsError:
+        raise MemdocError(f"cannot write in {path}: it is a file, not a folder") from None
+    except OSError as exc:
+        raise MemdocError(f"cannot create folder {path} ({exc.strerror or exc})") from None
+    if not path.is_dir():
+        raise MemdocError(f"cannot write in {path}: it is a file, not a folder")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise MemdocError(f"cannot write in {path}: the folder is not writable")
+    return path

@@ -7,7 +7,9 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
+from memdoc.cli.common import ExitStatus, seconds
 from memdoc.errors import InputError
+from memdoc.run.group import PROBE_TIMEOUT_S
 from memdoc.units import format_bytes, format_percent
 
 if TYPE_CHECKING:
@@ -45,7 +47,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="probes at the predicted answer, refitting near it (default 4; 0: fit only)",
     )
-    parser.add_argument("--keep", metavar="DIR", help="keep each probe's trace and output here")
+    parser.add_argument(
+        "--keep",
+        metavar="DIR",
+        help="keep each probe's trace and output in DIR (created if missing); without it they "
+        "go to a temporary folder removed at the end",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=seconds,
+        default=PROBE_TIMEOUT_S,
+        metavar="S",
+        help=f"end a probe still running after S seconds (default {PROBE_TIMEOUT_S:g})",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("program", nargs=argparse.REMAINDER, help="-- command with {}")
 
@@ -62,25 +76,27 @@ def parse_sizes(text: str) -> list[int]:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from memdoc.run.group import Terminated, ending_signals_raise
     from memdoc.run.headroom import find_headroom
 
     template = list(args.program)
     if template and template[0] == "--":
         template = template[1:]
-    workdir = None
-    if args.keep:
-        workdir = Path(args.keep)
-        if not workdir.is_dir():
-            raise InputError(f"--keep {workdir}: no such folder")
-    result = find_headroom(
-        template,
-        parse_sizes(args.sizes),
-        steps=args.steps,
-        margin=args.margin,
-        multiple_of=args.multiple_of,
-        workdir=workdir,
-        refine=args.refine,
-    )
+    # A SIGTERM or SIGHUP ends the probe running (its whole process group) and the search.
+    try:
+        with ending_signals_raise():
+            result = find_headroom(
+                template,
+                parse_sizes(args.sizes),
+                steps=args.steps,
+                margin=args.margin,
+                multiple_of=args.multiple_of,
+                workdir=Path(args.keep) if args.keep else None,
+                refine=args.refine,
+                timeout_s=args.timeout,
+            )
+    except Terminated as ended:
+        return ExitStatus(128 + ended.signum, ended.signum)
     if args.json:
         print(json.dumps(as_json(result), indent=2))
     else:

@@ -122,9 +122,11 @@ def test_a_size_that_fails_for_another_reason_gets_one_line(tmp_path: Path) -> N
     script = tmp_path / "train.py"
     script.write_text(
         "import sys\n"
+        "import memdoc\n"
         "size = int(sys.argv[1])\n"
         "if size > 10:\n"
         "    raise ValueError(f'batch {size} does not divide the dataset')\n"
+        "memdoc.step()\n"
     )
     code, _, err = headroom("--sizes", "8,16", "--", sys.executable, str(script), "{}")
     assert code == 2
