@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
 from memdoc.errors import MemdocError
 from memdoc.files import write_atomically
 
@@ -172,11 +170,17 @@ def _pid_of_name(entry: Path) -> int | None:
     return int(head) if head.isdigit() else None
 
 
+# psutil is imported where a recording is checked, not with the module: memdoc.api imports
+# this module in every process a `memdoc run` starts, which never lists recordings.
 def _pid_runs(pid: int | None) -> bool:
+    import psutil
+
     return pid is not None and psutil.pid_exists(pid)
 
 
 def _still_running(recording: Recording) -> bool:
+    import psutil
+
     try:
         created_unix = float(psutil.Process(recording.pid).create_time())
     except psutil.NoSuchProcess:
