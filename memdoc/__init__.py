@@ -11,6 +11,18 @@ if TYPE_CHECKING:
     from memdoc.api import mark, step, watch
     from memdoc.run.headroom import Headroom
 
+
+def _watch_the_loops() -> None:
+    """The frameworks' loops are watched from `import memdoc` on (a function jitted before
+    `memdoc.watch` starts is watched too); their hooks report nothing while no session
+    listens, and import nothing."""
+    from memdoc.collectors.loops import install_loop_hooks
+
+    install_loop_hooks()
+
+
+_watch_the_loops()
+
 __all__ = ["__version__", "headroom", "load_ipython_extension", "mark", "step", "watch"]
 
 

@@ -60,8 +60,8 @@ class Session:
         self._explicit_steps = False  # the program marks its own steps: they alone count
         self._last_tick_mono = float("-inf")
         self._step_callbacks: list[Any] = []
-        # Memory errors already recorded, so that one seen twice (caught, then again at exit)
-        # is one event. Exceptions take no weak references; their ids and text do.
+        # Memory errors already recorded, for exceptions that take no attribute (see
+        # `_first_sighting`): their ids and text.
         self._recorded_ooms: list[tuple[int, str]] = []
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -201,8 +201,10 @@ class Session:
         tb: TracebackType | None = None,
         *,
         where: str = "uncaught",
+        context: Mapping[str, Any] | None = None,
     ) -> None:
-        """Record an exception; a memory error also becomes an OOM event with parsed fields.
+        """Record an exception; a memory error also becomes an OOM event with parsed fields,
+        plus `context` (what a loop's batch-size finder knew: the size it tried).
 
         An error another process raised and this one only relays (the parent of
         `torch.multiprocessing.spawn` re-raising a rank's error) is recorded as that
@@ -226,16 +228,32 @@ class Session:
             active = list(self._active)
         # What the frameworks knew at that moment (allocator stats, live arrays); the
         # session's own fields win.
-        context = oom_context(active, exc)
-        self.sink.event(replace(oom, data={**context, **oom.data}))
+        known = oom_context(active, exc)
+        self.sink.event(replace(oom, data={**known, **dict(context or {}), **oom.data}))
 
     def _first_sighting(self, exc: BaseException) -> bool:
+        """True the first time this session sees this very exception (caught by the program,
+        then seen again at exit, is one event). Exceptions take no weak references, and ids
+        are reused: a retry loop's next error often sits where the last one was, with the
+        same text. So the exception itself carries which sessions recorded it."""
+        mark = (self.pid, id(self))
+        attrs = getattr(exc, "__dict__", None)
+        if isinstance(attrs, dict):
+            seen = attrs.get(_RECORDED_BY)
+            if isinstance(seen, frozenset) and mark in seen:
+                return False
+            attrs[_RECORDED_BY] = (seen if isinstance(seen, frozenset) else frozenset()) | {mark}
+            return True
         key = (id(exc), str(exc)[:200])
         with self._lock:
             if key in self._recorded_ooms:
                 return False
             self._recorded_ooms = [*self._recorded_ooms[-7:], key]
         return True
+
+
+# The attribute a recorded exception carries: (pid, session id) of each session that has it.
+_RECORDED_BY = "_memdoc_recorded_by"
 
 
 def relayed_from(exc: BaseException) -> int | None:

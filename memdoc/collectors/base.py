@@ -36,7 +36,12 @@ class SessionHandle(Sink, Protocol):
     def step(self, source: str = "user", **data: Any) -> int: ...
 
     def record_exception(
-        self, exc: BaseException, tb: TracebackType | None = None, *, where: str = "uncaught"
+        self,
+        exc: BaseException,
+        tb: TracebackType | None = None,
+        *,
+        where: str = "uncaught",
+        context: Mapping[str, Any] | None = None,
     ) -> None: ...
 
     def emit(self, kind: str, data: Mapping[str, Any] | None = None) -> None: ...

@@ -106,6 +106,7 @@ class TorchCollector:
         self._session: SessionHandle | None = None
         self._hook: Any = None
         self._primary: weakref.ref[Any] | None = None
+        self._rival: weakref.ref[Any] | None = None
         self._cuda_ready = False
         self._cuda_off = False
         self._recording = False
@@ -333,25 +334,39 @@ class TorchCollector:
         return register(self._on_optimizer_step) if register is not None else None
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        """The global optimizer post hook: one step per step of the first optimizer (a GAN's
-        second optimizer does not count twice); model state at the first one."""
+        """The global optimizer post hook: one step per step of the primary optimizer (a
+        GAN's second optimizer, stepped between the first's steps, does not count twice);
+        model state when an optimizer becomes primary. Another optimizer that steps twice
+        while the primary does not (a fit after a batch-size search, a retry with a fresh
+        optimizer) takes over from its second step on."""
         session = self._session
         # A forked child inherits this hook with a session whose thread did not survive.
         if session is None or os.getpid() != self._owner_pid:
             return
         try:
             primary = self._primary() if self._primary is not None else None
+            if primary is not None and primary is not optimizer:
+                if not self._rival_stepped_again(optimizer):
+                    return
+                primary = None
             if primary is None:
-                first = self._primary is None
                 self._primary = weakref.ref(optimizer)
-                if first:
-                    for data in model_state_events(self._torch, optimizer):
-                        session.emit(EventKind.MODEL_STATE, data)
-            elif primary is not optimizer:
-                return
+                self._rival = None
+                for data in model_state_events(self._torch, optimizer):
+                    session.emit(EventKind.MODEL_STATE, data)
+            else:
+                self._rival = None
             session.step(source="optimizer")
         except Exception:
             pass  # never break the program's training step
+
+    def _rival_stepped_again(self, optimizer: Any) -> bool:
+        """True on a second step of `optimizer` with no step of the primary in between."""
+        rival = self._rival() if self._rival is not None else None
+        if rival is optimizer:
+            return True
+        self._rival = weakref.ref(optimizer)
+        return False
 
     def _framework_data(self, devices: list[dict[str, Any]]) -> dict[str, Any]:
         version = getattr(self._torch, "__version__", None)

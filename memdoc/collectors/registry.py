@@ -16,22 +16,28 @@ def in_process_collectors(
     `trace_dir`."""
     from memdoc.collectors.frameworks import framework_collectors
     from memdoc.collectors.host import HostCollector
+    from memdoc.collectors.loops import LoopCollector
     from memdoc.collectors.nvml import NvmlCollector
 
     collectors: list[Collector] = [HostCollector(os.getpid(), include_children=host_tree)]
     if nvml:
         collectors.append(NvmlCollector(root_pid=os.getpid()))
     collectors.extend(framework_collectors(trace_dir=trace_dir))
+    collectors.append(LoopCollector())
     return collectors
 
 
 def agent_collectors() -> list[Collector]:
-    """Collectors for the agent inside each process of `memdoc run`: frameworks only
-    (the parent samples host memory and NVML for the whole tree)."""
+    """Collectors for the agent inside each process of `memdoc run`: frameworks and their
+    loops only (the parent samples host memory and NVML for the whole tree)."""
     from memdoc.collectors.frameworks import SNAPSHOT_DIR_ENV, framework_collectors
+    from memdoc.collectors.loops import LoopCollector
 
     configured = os.environ.get(SNAPSHOT_DIR_ENV)
-    return framework_collectors(trace_dir=Path(configured) if configured else None)
+    return [
+        *framework_collectors(trace_dir=Path(configured) if configured else None),
+        LoopCollector(),
+    ]
 
 
 def parent_collectors(root_pid: int, *, nvml: bool = True) -> list[Collector]:

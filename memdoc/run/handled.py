@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import os
 import sys
+import threading
 from collections.abc import Callable
 from types import CodeType
 from typing import Any, NoReturn
@@ -57,11 +59,13 @@ def exit_recording_error_in_hand(
 
 def watch_caught_errors(session: Callable[[], Session | None]) -> bool:
     """Record each memory error the program catches, in the process and at the moment it
-    is caught (Python 3.12+, through `sys.monitoring`; older Pythons have no cheap way to
-    see a caught exception). True when the watch is on."""
+    is caught (Python 3.12+, through `sys.monitoring`). Older Pythons have no cheap way to
+    see every caught exception: there memdoc sees those still being handled when a garbage
+    collection runs (`gc.collect()` and `empty_cache()` are what an OOM handler calls), and
+    the loops' own batch-size finders report theirs. True when a watch is on."""
     monitoring: Any = getattr(sys, "monitoring", None)
     if monitoring is None:
-        return False
+        return _watch_through_collections(session)
     tool = next((i for i in _FREE_TOOL_IDS if monitoring.get_tool(i) is None), None)
     if tool is None:
         return False
@@ -73,6 +77,26 @@ def watch_caught_errors(session: Callable[[], Session | None]) -> bool:
     monitoring.use_tool_id(tool, "memdoc")
     monitoring.register_callback(tool, monitoring.events.EXCEPTION_HANDLED, handled)
     monitoring.set_events(tool, monitoring.events.EXCEPTION_HANDLED)
+    return True
+
+
+def _watch_through_collections(session: Callable[[], Session | None]) -> bool:
+    """A garbage-collection callback that records the memory error being handled, if any,
+    in the thread that collects. It costs one `sys.exc_info()` per collection."""
+    busy = threading.local()
+
+    def collecting(phase: str, info: dict[str, int]) -> None:
+        if phase != "start" or getattr(busy, "on", False):
+            return
+        exc = sys.exc_info()[1]
+        if isinstance(exc, Exception) and could_be_memory_error(exc):
+            busy.on = True  # recording allocates: a collection it starts is not looked at
+            try:
+                _record(session, exc, where="caught")
+            finally:
+                busy.on = False
+
+    gc.callbacks.append(collecting)
     return True
 
 

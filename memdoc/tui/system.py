@@ -81,9 +81,14 @@ class TraceSink:
         return self._step
 
     def record_exception(
-        self, exc: BaseException, tb: TracebackType | None = None, *, where: str = "uncaught"
+        self,
+        exc: BaseException,
+        tb: TracebackType | None = None,
+        *,
+        where: str = "uncaught",
+        context: Mapping[str, Any] | None = None,
     ) -> None:
-        del exc, tb, where  # a system view has no program of its own to report on
+        del exc, tb, where, context  # a system view has no program of its own to report on
 
     def emit(self, kind: str, data: Mapping[str, Any] | None = None) -> None:
         self.event(Event(time.time(), kind, os.getpid(), dict(data or {})))

@@ -99,7 +99,12 @@ class RecordingSession:
         return len(self.steps)
 
     def record_exception(
-        self, exc: BaseException, tb: TracebackType | None = None, *, where: str = "uncaught"
+        self,
+        exc: BaseException,
+        tb: TracebackType | None = None,
+        *,
+        where: str = "uncaught",
+        context: Mapping[str, Any] | None = None,
     ) -> None:
         raise AssertionError("framework collectors report OOMs as events, not exceptions")
 

@@ -57,7 +57,7 @@ class _Sink:
     def step(self, source="user", **data):  # noqa: ANN001
         return 0
 
-    def record_exception(self, exc, tb=None, *, where="uncaught"):  # noqa: ANN001
+    def record_exception(self, exc, tb=None, *, where="uncaught", context=None):  # noqa: ANN001
         pass
 
     def emit(self, kind, data=None):  # noqa: ANN001

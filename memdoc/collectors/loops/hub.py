@@ -1,0 +1,146 @@
+"""Where the loop hooks report: the sessions of this process, a phase stack, and the patching
+rule every hook follows (wrap once, keep the original's name and signature, never raise)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from memdoc.collectors.base import SessionHandle
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Phases a loop can be in. A phase begins with a mark named after it; when a phase nested
+# in another ends (validation inside fit), a mark names the outer phase again; when the
+# outermost one ends, the mark `PHASE_ENDED` says no loop phase is running.
+TRAIN = "train"
+EVAL = "eval"
+PREDICT = "predict"
+SEARCH = "batch-size search"
+PHASE_ENDED = "phase ended"
+
+_WRAPPED = "__memdoc_wrapped__"
+
+_lock = threading.Lock()
+_sessions: list[SessionHandle] = []
+_phases: list[str] = []
+
+
+def subscribe(session: SessionHandle) -> None:
+    with _lock:
+        if session not in _sessions:
+            _sessions.append(session)
+
+
+def unsubscribe(session: SessionHandle) -> None:
+    with _lock:
+        if session in _sessions:
+            _sessions.remove(session)
+
+
+def listening() -> bool:
+    return bool(_sessions)
+
+
+def _each() -> list[SessionHandle]:
+    with _lock:
+        return list(_sessions)
+
+
+def step(source: str, **data: Any) -> None:
+    """A step of a framework's loop, to every session. A session may end the program here
+    (a headroom probe stops after N steps by raising SystemExit): that is let through."""
+    for session in _each():
+        with contextlib.suppress(Exception):
+            session.step(source, **data)
+
+
+def mark(label: str, **data: Any) -> None:
+    from memdoc.trace.model import EventKind
+
+    for session in _each():
+        with contextlib.suppress(Exception):
+            session.emit(EventKind.MARK, {"label": label, **data})
+
+
+def caught(exc: BaseException, **data: Any) -> None:
+    """A memory error a loop's own batch-size finder caught: recorded as caught, with what
+    the finder knew (the size it tried)."""
+    for session in _each():
+        with contextlib.suppress(Exception):
+            session.record_exception(exc, exc.__traceback__, where="caught", context=data)
+
+
+def enter(phase: str, source: str, *, grad_enabled: bool | None) -> None:
+    """A loop began `phase`; `grad_enabled` is False where the loop itself turns gradients
+    off (every framework's evaluation does), None where memdoc cannot tell."""
+    with _lock:
+        _phases.append(phase)
+    mark(phase, phase=phase, source=source, grad_enabled=grad_enabled)
+
+
+def leave(phase: str, source: str) -> None:
+    """The loop's `phase` ended: the phase around it, if any, goes on."""
+    with _lock:
+        if phase in _phases:
+            del _phases[len(_phases) - 1 - _phases[::-1].index(phase) :]
+        outer = _phases[-1] if _phases else None
+    if outer is None:
+        mark(PHASE_ENDED, phase=None, ended=phase, source=source)
+    else:
+        mark(outer, phase=outer, source=source, resumed=True)
+
+
+def current_phase() -> str | None:
+    with _lock:
+        return _phases[-1] if _phases else None
+
+
+def wrap(owner: Any, name: str, make: Callable[[Any], Callable[..., Any]]) -> bool:
+    """Replace `owner.name` by `make(original)` once; the wrapper keeps the original's name,
+    docs and signature. False when there is nothing to wrap or it was wrapped already."""
+    original = getattr(owner, name, None)
+    if original is None or getattr(original, _WRAPPED, False):
+        return False
+    wrapper = functools.wraps(original)(make(original))
+    setattr(wrapper, _WRAPPED, True)
+    setattr(owner, name, wrapper)
+    return True
+
+
+def around(phase: str, source: str, *, grad_enabled: bool | None) -> Callable[[F], F]:
+    """A wrapper maker for a method that runs one phase of a loop."""
+
+    def make(original: F) -> F:
+        def run_phase(*args: Any, **kwargs: Any) -> Any:
+            if not listening():
+                return original(*args, **kwargs)
+            enter(phase, source, grad_enabled=grad_enabled)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                leave(phase, source)
+
+        return run_phase  # type: ignore[return-value]
+
+    return make
+
+
+def after(report: Callable[..., None]) -> Callable[[F], F]:
+    """A wrapper maker that calls the original, then `report(*args, **kwargs)`."""
+
+    def make(original: F) -> F:
+        def then_report(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            if listening():
+                with contextlib.suppress(Exception):
+                    report(*args, **kwargs)
+            return result
+
+        return then_report  # type: ignore[return-value]
+
+    return make

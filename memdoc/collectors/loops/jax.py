@@ -1,0 +1,184 @@
+"""JAX: a jitted (or pmapped) function of the program, called again and again, is its step.
+
+JAX runs a compiled call in C++ without any Python hook, so memdoc watches the functions
+`jax.jit` and `jax.pmap` return from the moment `jax` is imported: each is handed back
+inside a thin proxy that counts its calls and otherwise is the jitted function (its
+`lower`, `trace`, `eval_shape`, name, signature and method binding are the original's).
+
+How the step is chosen, once per process: the first jitted function of the program's own
+code (not of JAX, Flax, Optax, Keras... which jit their internals) that is called a second
+time, whose name does not say evaluation (`eval_step`, `validate`, `test_fn`, `predict`).
+From then on each of its calls is a step. Calls of a function named for evaluation between
+two steps are the evaluation phase; the next step resumes training. A program that runs
+its whole loop inside one compiled call (`lax.scan`, `fori_loop`) has no steps to count.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from memdoc.collectors.loops import hub
+from memdoc.collectors.loops.imports import when_imported
+
+SOURCE = "jax"
+
+_EVAL_NAMES = ("eval", "evaluate", "evaluation", "valid", "validate", "validation", "test")
+_PREDICT_NAMES = ("predict", "prediction", "infer", "inference", "generate", "sample")
+# Packages that jit their own internals: their functions are never the program's step.
+_LIBRARIES = (
+    "jax",
+    "jaxlib",
+    "flax",
+    "optax",
+    "equinox",
+    "haiku",
+    "keras",
+    "tensorflow",
+    "torch",
+    "transformers",
+    "orbax",
+    "chex",
+)
+
+
+def install() -> None:
+    when_imported("jax", _patch)
+
+
+def _patch(module: ModuleType) -> None:
+    for name in ("jit", "pmap"):
+        hub.wrap(module, name, _watching)
+
+
+def _watching(transform: Callable[..., Any]) -> Callable[..., Any]:
+    """`jax.jit` as before, its result watched (also when used as `jit(**options)(f)`)."""
+
+    def transform_watched(*args: Any, **kwargs: Any) -> Any:
+        made = transform(*args, **kwargs)
+        if hasattr(made, "lower"):
+            return Watched(made)
+        if callable(made):  # a decorator still waiting for its function
+            return functools.wraps(made)(lambda f: Watched(made(f)))
+        return made
+
+    return transform_watched
+
+
+class Watched:
+    """A jitted function, counted. Calls, attributes, binding and signature are its own."""
+
+    def __init__(self, jitted: Any) -> None:
+        functools.update_wrapper(self, jitted)
+        self._memdoc_jitted = jitted
+        self._memdoc_kind = _kind(jitted)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        out = self._memdoc_jitted(*args, **kwargs)
+        if hub.listening():
+            _STEPS.called(self)
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["_memdoc_jitted"], name)
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        if obj is None:
+            return self
+        return functools.partial(self, obj)
+
+    def __repr__(self) -> str:
+        return repr(self._memdoc_jitted)
+
+
+class _Steps:
+    """Chooses the step function and turns calls into steps and phases."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: dict[int, int] = {}
+        self._step_fn: int | None = None
+        self._in: str | None = None  # the phase this module last entered
+
+    def called(self, fn: Watched) -> None:
+        kind = fn._memdoc_kind
+        if kind in (hub.EVAL, hub.PREDICT):
+            self._eval_call(kind)
+            return
+        key = id(fn)
+        with self._lock:
+            count = self._calls[key] = self._calls.get(key, 0) + 1
+            if self._step_fn is None and kind == hub.TRAIN and count >= 2:
+                self._step_fn = key
+            is_step = key == self._step_fn
+        if is_step:
+            self._step(count)
+
+    def _step(self, count: int) -> None:
+        if self._in in (hub.EVAL, hub.PREDICT):
+            hub.leave(self._in, SOURCE)
+            self._in = hub.TRAIN
+        elif self._in is None:
+            hub.enter(hub.TRAIN, SOURCE, grad_enabled=None)
+            self._in = hub.TRAIN
+        hub.step(SOURCE, call=count)
+
+    def _eval_call(self, kind: str) -> None:
+        if self._in == kind:
+            return
+        if self._in in (hub.EVAL, hub.PREDICT):
+            hub.leave(self._in, SOURCE)
+        # JAX computes gradients only where the program asks (jax.grad): evaluation does not.
+        hub.enter(kind, SOURCE, grad_enabled=False)
+        self._in = kind
+
+
+_STEPS = _Steps()
+
+
+def _kind(jitted: Any) -> str | None:
+    """TRAIN for a candidate step, EVAL or PREDICT by its name, None for a library's own."""
+    from memdoc.oom.names import has_words
+
+    fn = _innermost(jitted)
+    code = getattr(fn, "__code__", None)
+    if code is not None and _in_library(str(code.co_filename)):
+        return None
+    name = str(getattr(fn, "__name__", "") or getattr(jitted, "__name__", ""))
+    if has_words(name, _EVAL_NAMES):
+        return hub.EVAL
+    if has_words(name, _PREDICT_NAMES):
+        return hub.PREDICT
+    return hub.TRAIN
+
+
+def _innermost(fn: Any) -> Any:
+    with_wrapped = fn
+    for _ in range(16):
+        if isinstance(with_wrapped, functools.partial):
+            with_wrapped = with_wrapped.func
+            continue
+        inner = getattr(with_wrapped, "__wrapped__", None)
+        if inner is None:
+            break
+        with_wrapped = inner
+    return with_wrapped
+
+
+def _in_library(filename: str) -> bool:
+    """The file belongs to a package that jits its own internals (looked up when the
+    function is jitted: Flax may be imported after JAX)."""
+    if filename.startswith("<"):
+        return False
+    path = os.path.abspath(filename)
+    for name in _LIBRARIES:
+        module = sys.modules.get(name)
+        file = getattr(module, "__file__", None) if module is not None else None
+        if file and path.startswith(os.path.dirname(os.path.abspath(file)) + os.sep):
+            return True
+    return False

@@ -1,0 +1,75 @@
+"""Lightning: the fit, evaluation and prediction loops as phases, and the batch-size finder.
+
+Steps come from the optimizer (PyTorch's global step hook), as in any PyTorch loop. The
+phases come from Lightning's own loop objects: validation (sanity check included), test
+and predict run under `torch.no_grad()` or `inference_mode()` by Lightning itself. The
+batch-size finder (`Tuner.scale_batch_size`, the `BatchSizeFinder` callback) catches the
+out-of-memory errors of its trials: each is recorded with the size tried, each trial size
+as a mark, and the search as a phase of its own.
+"""
+
+from __future__ import annotations
+
+import sys
+from types import ModuleType
+from typing import Any
+
+from memdoc.collectors.loops import hub
+from memdoc.collectors.loops.imports import when_imported
+
+SOURCE = "lightning"
+_PACKAGES = ("lightning.pytorch", "pytorch_lightning")
+
+
+def install() -> None:
+    for package in _PACKAGES:
+        when_imported(package, _patch_package(package))
+        when_imported(f"{package}.tuner.batch_size_scaling", _patch_finder)
+
+
+def _patch_package(package: str) -> Any:
+    def patch(module: ModuleType) -> None:
+        loops = {
+            "fit_loop._FitLoop": (hub.TRAIN, None),
+            "evaluation_loop._EvaluationLoop": (hub.EVAL, False),
+            "prediction_loop._PredictionLoop": (hub.PREDICT, False),
+        }
+        for where, (phase, grad) in loops.items():
+            loop = _attr(f"{package}.loops.{where}")
+            if loop is not None:
+                hub.wrap(loop, "run", hub.around(phase, SOURCE, grad_enabled=grad))
+
+    return patch
+
+
+def _attr(dotted: str) -> Any:
+    """`package.module.Class`, if that module is imported (never imports it)."""
+    module_name, _, name = dotted.rpartition(".")
+    module = sys.modules.get(module_name)
+    return getattr(module, name, None) if module is not None else None
+
+
+def _patch_finder(finder: ModuleType) -> None:
+    hub.wrap(finder, "_scale_batch_size", hub.around(hub.SEARCH, SOURCE, grad_enabled=None))
+    hub.wrap(finder, "is_oom_error", _recording_oom)
+    hub.wrap(finder, "_adjust_batch_size", hub.after(_trial_size))
+
+
+def _recording_oom(is_oom_error: Any) -> Any:
+    def is_oom_error_recorded(exception: BaseException) -> Any:
+        answer = is_oom_error(exception)
+        if answer and hub.listening():
+            tried = sys._getframe(1).f_locals.get("new_size")
+            hub.caught(exception, batch_size=tried, finder=SOURCE)
+        return answer
+
+    return is_oom_error_recorded
+
+
+def _trial_size(trainer: Any, batch_arg_name: str = "batch_size", *a: Any, **k: Any) -> None:
+    model = getattr(trainer, "lightning_module", None)
+    size = getattr(model, batch_arg_name, None)
+    if size is None:
+        size = getattr(getattr(model, "hparams", None), batch_arg_name, None)
+    if isinstance(size, int):
+        hub.mark(f"batch size {size}", batch_size=size, source=SOURCE, finder=SOURCE)

@@ -1,0 +1,108 @@
+"""The Hugging Face `Trainer` and accelerate's batch-size finder.
+
+Steps come from the optimizer (PyTorch's global step hook; accelerate's wrapped optimizer
+steps the real one). The `Trainer`'s evaluation and prediction run in its
+`evaluation_loop`, under `torch.no_grad()`; `train` is the training phase.
+`accelerate.find_executable_batch_size` (which `auto_find_batch_size=True` uses) catches
+the out-of-memory errors of each size it tries: each is recorded with the size, and each
+try is a mark, so the size that then trained is the last one tried.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from types import ModuleType
+from typing import Any
+
+from memdoc.collectors.loops import hub
+from memdoc.collectors.loops.imports import when_imported
+
+SOURCE = "transformers"
+FINDER = "accelerate"
+
+
+def install() -> None:
+    when_imported("accelerate.utils.memory", _patch_accelerate)
+    when_imported("transformers.trainer", _patch_trainer)
+
+
+def _patch_trainer(module: ModuleType) -> None:
+    trainer: Any = getattr(module, "Trainer", None)
+    if trainer is None:
+        return
+    hub.wrap(trainer, "train", hub.around(hub.TRAIN, SOURCE, grad_enabled=None))
+    hub.wrap(trainer, "evaluation_loop", _evaluation_loop)
+    _rebind_finder_names()
+
+
+def _evaluation_loop(original: Any) -> Any:
+    def evaluation_loop(
+        self: Any, dataloader: Any, description: str = "", *a: Any, **k: Any
+    ) -> Any:
+        phase = hub.PREDICT if str(description).lower().startswith("predict") else hub.EVAL
+        if not hub.listening():
+            return original(self, dataloader, description, *a, **k)
+        hub.enter(phase, SOURCE, grad_enabled=False)
+        try:
+            return original(self, dataloader, description, *a, **k)
+        finally:
+            hub.leave(phase, SOURCE)
+
+    return evaluation_loop
+
+
+def _patch_accelerate(memory: ModuleType) -> None:
+    hub.wrap(memory, "should_reduce_batch_size", _recording_oom)
+    hub.wrap(memory, "find_executable_batch_size", _marking_tries)
+    _rebind_finder_names()
+
+
+def _rebind_finder_names() -> None:
+    """The finder's names bound elsewhere before memdoc wrapped them (accelerate imported
+    before the session started; the trainer imports `should_reduce_batch_size` by name)."""
+    memory = sys.modules.get("accelerate.utils.memory")
+    if memory is None:
+        return
+    for name in ("accelerate.utils", "accelerate", "transformers.trainer"):
+        owner = sys.modules.get(name)
+        for attr in ("should_reduce_batch_size", "find_executable_batch_size"):
+            wrapped = getattr(memory, attr, None)
+            if owner is not None and hasattr(owner, attr) and wrapped is not None:
+                setattr(owner, attr, wrapped)
+
+
+def _recording_oom(should_reduce: Any) -> Any:
+    def should_reduce_batch_size(exception: BaseException) -> Any:
+        answer = should_reduce(exception)
+        if answer and hub.listening():
+            tried = sys._getframe(1).f_locals.get("batch_size")
+            hub.caught(
+                exception, batch_size=tried if isinstance(tried, int) else None, finder=FINDER
+            )
+        return answer
+
+    return should_reduce_batch_size
+
+
+def _marking_tries(find: Any) -> Any:
+    """`find_executable_batch_size` whose function marks each size it is called with."""
+
+    def find_executable_batch_size(function: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if function is None:
+            return find(None, *args, **kwargs)
+        return find(_marked(function), *args, **kwargs)
+
+    return find_executable_batch_size
+
+
+def _marked(function: Any) -> Any:
+    @functools.wraps(function)
+    def trying(batch_size: Any, *args: Any, **kwargs: Any) -> Any:
+        if hub.listening() and isinstance(batch_size, int):
+            hub.mark(
+                f"batch size {batch_size}", batch_size=batch_size, source=FINDER, finder=FINDER
+            )
+        return function(batch_size, *args, **kwargs)
+
+    return trying

@@ -1,0 +1,167 @@
+"""Steps, phases and caught OOMs from the frameworks' own loops, with no code change: real
+Keras, JAX, Lightning, Hugging Face and accelerate programs run under `memdoc run`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memdoc.trace.reader import Trace, load_trace
+from tests.conftest import run_memdoc
+
+PROGRAMS = Path(__file__).resolve().parent / "loop_programs"
+
+
+def _run(tmp_path: Path, program: str, env: dict[str, str] | None = None) -> Trace:
+    trace = tmp_path / "run.memdoc"
+    done = run_memdoc(
+        "run", "-q", "-o", str(trace), str(PROGRAMS / program), cwd=tmp_path, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
+    return load_trace(trace)
+
+
+def _phases(trace: Trace) -> list[str]:
+    """The phase marks in order, repeats folded."""
+    out: list[str] = []
+    for mark in trace.marks():
+        label = str(mark.data.get("label"))
+        if "phase" in mark.data and (not out or out[-1] != label):
+            out.append(label)
+    return out
+
+
+def _phase_marks(trace: Trace, label: str) -> list[dict[str, Any]]:
+    return [dict(m.data) for m in trace.marks() if m.data.get("label") == label]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
+def test_keras_fit_batches_are_steps_and_its_loops_are_phases(tmp_path: Path, backend: str) -> None:
+    trace = _run(tmp_path, "keras_fit.py", env={"KERAS_BACKEND": backend})
+
+    steps = trace.steps()
+    assert len(steps) == 3 * 8  # 256 training samples in batches of 32, 3 epochs
+    assert {s.data["source"] for s in steps} == {"keras"}
+    assert _phases(trace) == [
+        "train", "eval", "train", "eval", "train", "eval", "train", "phase ended",
+        "eval", "phase ended", "predict", "phase ended",
+    ]  # fmt: skip
+    # Keras never records gradients while it evaluates or predicts.
+    assert all(m["grad_enabled"] is False for m in _phase_marks(trace, "eval"))
+    assert all(m["source"] == "keras" for m in _phase_marks(trace, "train"))
+
+
+@pytest.mark.slow
+def test_a_jitted_function_called_again_and_again_is_the_step(tmp_path: Path) -> None:
+    trace = _run(tmp_path, "jax_loop.py")
+
+    steps = trace.steps()
+    # 20 calls of train_step: the step is known from its second call on; init (called
+    # once) and eval_step (named for evaluation) are not steps.
+    assert len(steps) == 19
+    assert {s.data["source"] for s in steps} == {"jax"}
+    assert _phases(trace) == ["train", "eval", "train", "eval"]
+    assert all(m["grad_enabled"] is False for m in _phase_marks(trace, "eval"))
+
+
+@pytest.mark.slow
+def test_every_caught_oom_is_recorded_with_the_batch_size_tried(tmp_path: Path) -> None:
+    trace = _run(tmp_path, "batch_finders.py")
+
+    ooms = trace.oom_events()
+    # accelerate tries 64, 57, ..., 22 (10 failures) and trains at 19; the hand-written
+    # loop fails at 64 and 32 and goes on at 16: twelve errors, none merged with another.
+    assert len(ooms) == 12
+    assert all(e.data["where"] == "caught" and e.data["handled"] for e in ooms)
+    tried = [m.data["batch_size"] for m in trace.marks() if "batch_size" in m.data]
+    assert tried == [64, 57, 51, 45, 40, 36, 32, 28, 25, 22, 19]
+    assert len(trace.steps()) == 5  # the training at 19
+    assert trace.exit is not None and trace.exit.status == 0
+
+
+@pytest.mark.slow
+def test_lightning_loops_are_phases_and_its_finder_records_each_failure(tmp_path: Path) -> None:
+    trace = _run(tmp_path, "lightning_fit.py")
+
+    sizes = [m.data["batch_size"] for m in trace.marks() if "batch_size" in m.data]
+    assert sizes[:3] == [8, 16, 32]  # power scaling until 32 fails
+    [oom] = trace.oom_events()
+    assert oom.data["where"] == "caught" and oom.data.get("batch_size") == 32
+    phases = _phases(trace)
+    assert phases[0] == "batch-size search"
+    assert phases[-6:] == ["train", "eval", "train", "eval", "train", "phase ended"][-6:] or (
+        "predict" in phases
+    )
+    assert ["train", "eval", "train", "eval", "train"] == [
+        p for p in phases[phases.index("phase ended") + 1 :] if p in ("train", "eval")
+    ]
+    assert all(m["grad_enabled"] is False for m in _phase_marks(trace, "eval"))
+    # 2 trials of 2 steps, then the fit: 64 samples in batches of 16 for 2 epochs, the new
+    # optimizer counted from its second step.
+    assert len(trace.steps()) == 4 + 7
+
+
+@pytest.mark.slow
+def test_the_hugging_face_trainer_evaluation_is_a_phase(tmp_path: Path) -> None:
+    trace = _run(tmp_path, "hf_trainer.py")
+
+    assert len(trace.steps()) == 2 * 32 // 8
+    assert _phases(trace) == [
+        "train", "eval", "train", "eval", "train", "phase ended",
+        "eval", "phase ended", "predict", "phase ended",
+    ]  # fmt: skip
+    assert all(m["grad_enabled"] is False for m in _phase_marks(trace, "eval"))
+
+
+def test_a_hook_runs_inside_the_import_before_the_next_line(tmp_path: Path) -> None:
+    (tmp_path / "late_module.py").write_text("VALUE = 1\n")
+    code = textwrap.dedent(
+        """
+        import importlib.resources, sys
+        from memdoc.collectors.loops.imports import when_imported
+        seen = []
+        when_imported("late_module", lambda m: setattr(m, "VALUE", m.VALUE + 1))
+        when_imported("late_module", lambda m: 1 / 0)  # a failing hook is ignored
+        from late_module import VALUE
+        import late_module
+        assert VALUE == 2, VALUE
+        assert type(late_module.__loader__).__name__ == "SourceFileLoader"
+        assert "exec_module" not in vars(late_module.__loader__)
+        when_imported("late_module", lambda m: seen.append(m.__name__))  # already imported
+        assert seen == ["late_module"], seen
+        print("ok")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+@pytest.mark.slow
+def test_watch_in_code_sees_steps_of_a_function_jitted_before_it_started(
+    tmp_path: Path,
+) -> None:
+    code = textwrap.dedent(
+        """
+        import memdoc, jax, jax.numpy as jnp
+        @jax.jit
+        def update(w):
+            return w * 0.5
+        with memdoc.watch("in-code.memdoc", quiet=True):
+            w = jnp.ones(4)
+            for _ in range(6):
+                w = update(w)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert len(load_trace(tmp_path / "in-code.memdoc").steps()) == 5
