@@ -256,6 +256,9 @@ class _Losses:
             return message
 
 
+_WAKE = object()  # the selector key of the wake-up socket
+
+
 class AgentServer:
     """The parent's end: accepts agents and writes what they send into the trace."""
 
@@ -272,6 +275,10 @@ class AgentServer:
         self._listener.setblocking(False)
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._listener, selectors.EVENT_READ, None)
+        # stop() writes to this pair so that the loop ends now, not at its next timeout.
+        self._wake_read, self._wake_write = socket.socketpair()
+        self._wake_read.setblocking(False)
+        self._selector.register(self._wake_read, selectors.EVENT_READ, _WAKE)
         self._buffers: dict[socket.socket, bytearray] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="memdoc-agent-server", daemon=True)
@@ -284,18 +291,25 @@ class AgentServer:
         """Read what agents still send for up to `drain_s` (they flush at exit), then stop."""
         deadline = time.monotonic() + drain_s
         while time.monotonic() < deadline and self._buffers:
-            time.sleep(0.05)
+            time.sleep(0.01)
         self._stop.set()
-        self._thread.join(2.0)
+        with contextlib.suppress(OSError):
+            self._wake_write.send(b"\0")
+        if self._thread.is_alive():
+            self._thread.join(2.0)
         for conn in list(self._buffers):
             self._close(conn)
         self._listener.close()
+        self._wake_read.close()
+        self._wake_write.close()
         with contextlib.suppress(OSError):
             os.unlink(self.socket_path)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
             for key, _ in self._selector.select(timeout=0.1):
+                if key.data is _WAKE:
+                    continue  # stop() was called: the loop's condition ends it
                 if key.data is None:
                     self._accept()
                 else:
