@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import POSSIBLE, WEAK, Signals
-from memdoc.rules.facts import failure, frameworks
+from memdoc.rules.facts import Failure, failure, frameworks
+from memdoc.rules.host import data_held
 from memdoc.rules.spec import RuleSpec, bytes_evidence, share_evidence, snippet
 from memdoc.trace.model import EventKind
 from memdoc.trace.reader import Trace
@@ -22,6 +23,10 @@ _WIDE_FLOATS = {
     "f64": 8,
 }
 FP32_DOMINATES = 0.9
+# Below this share of what the program held at the failure, the weights with their
+# gradients and optimizer state are too small for halving them to change the outcome (a
+# 2 MiB model that died of a 700 MiB leak).
+MODEL_SHARE_THAT_MATTERS = 0.1
 LARGE_REQUEST_BYTES = 256 * MiB
 
 
@@ -90,7 +95,7 @@ policy stores them in 16 bits.
     def check(self, trace: Trace) -> Finding | None:
         fail = failure(trace)
         if not trace.is_text_only:
-            found = self._from_dtypes(trace, had_failure=fail is not None)
+            found = self._from_dtypes(trace, fail)
             if found is not None:
                 return found
         if fail is None:
@@ -120,7 +125,9 @@ policy stores them in 16 bits.
             frameworks=frameworks(trace, oom),
         )
 
-    def _from_dtypes(self, trace: Trace, *, had_failure: bool) -> Finding | None:
+    def _from_dtypes(self, trace: Trace, fail: Failure | None) -> Finding | None:
+        if fail is None or _model_too_small_to_matter(trace, fail):
+            return None
         for event in trace.events(EventKind.MODEL_STATE):
             by_dtype = event.data.get("dtype_bytes")
             if not isinstance(by_dtype, dict) or not by_dtype:
@@ -131,7 +138,7 @@ policy stores them in 16 bits.
                 for k, v in by_dtype.items()
                 if str(k).lower() in _WIDE_FLOATS and isinstance(v, (int, float))
             )
-            if total <= 0 or fp32 / total < FP32_DOMINATES or not had_failure:
+            if total <= 0 or fp32 / total < FP32_DOMINATES:
                 continue
             evidence = [
                 bytes_evidence("fp32 parameter bytes", fp32),
@@ -144,6 +151,26 @@ policy stores them in 16 bits.
                 trace, Signals(POSSIBLE), summary, evidence, frameworks=frameworks(trace)
             )
         return None
+
+
+def _model_too_small_to_matter(trace: Trace, fail: Failure) -> bool:
+    """The largest model state recorded (weights, gradients, optimizer state) is a small
+    share of what the program held when it failed: halving it could not have saved the run.
+    False when what was held is not known."""
+    held = data_held(trace, fail)
+    if held is None:
+        return False
+    model = max(
+        (
+            sum(
+                float(e.data.get(k) or 0)
+                for k in ("param_bytes", "grad_bytes", "optimizer_state_bytes")
+            )
+            for e in trace.events(EventKind.MODEL_STATE)
+        ),
+        default=0.0,
+    )
+    return model < MODEL_SHARE_THAT_MATTERS * held.held_bytes
 
 
 RULE = NoMixedPrecision()
