@@ -61,7 +61,7 @@ def watch_caught_errors(session: Callable[[], Session | None]) -> bool:
     """Record each memory error the program catches, in the process and at the moment it
     is caught (Python 3.12+, through `sys.monitoring`). Older Pythons have no cheap way to
     see every caught exception: there memdoc sees those still being handled when a garbage
-    collection runs (`gc.collect()` and `empty_cache()` are what an OOM handler calls), and
+    collection runs (an OOM handler often calls `gc.collect()` before it tries again), and
     the loops' own batch-size finders report theirs. True when a watch is on."""
     monitoring: Any = getattr(sys, "monitoring", None)
     if monitoring is None:
