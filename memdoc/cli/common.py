@@ -52,6 +52,17 @@ def seconds(text: str) -> float:
     return value
 
 
+def seconds_or_zero(text: str) -> float:
+    """An argparse type for a wait: a finite number of seconds, zero or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be zero or more seconds: {text!r}")
+    return value
+
+
 def findings_exit_code(found: bool) -> int:
     """3 when a memory problem was found, else 0."""
     return MEMORY_PROBLEM_FOUND if found else NO_MEMORY_PROBLEM

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from memdoc.cli.common import ExitStatus, check_output_path, seconds, warn
-from memdoc.cli.serve import serving_metrics
+from memdoc.cli.common import ExitStatus, check_output_path, seconds, seconds_or_zero, warn
+from memdoc.cli.serve import METRICS_GRACE_S, serving_metrics
 from memdoc.errors import MemdocError
 from memdoc.metrics.identity import job_identity
 from memdoc.printable import printable
@@ -84,6 +84,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="127.0.0.1",
         metavar="ADDR",
         help="address the metrics are served on (default 127.0.0.1; 0.0.0.0 for every interface)",
+    )
+    parser.add_argument(
+        "--metrics-grace",
+        type=seconds_or_zero,
+        default=METRICS_GRACE_S,
+        metavar="S",
+        help="keep serving the metrics this long after the program ended, so that a scrape "
+        f"sees memdoc_running 0 and the final findings (default {METRICS_GRACE_S:g}; set it "
+        "to the scrape interval)",
     )
     # Like python's -m, it ends memdoc's options: whatever follows is the module's own.
     parser.add_argument(

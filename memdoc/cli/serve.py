@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,10 +15,15 @@ from memdoc.metrics.identity import JobIdentity
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
 
+# How long `memdoc run` keeps serving once the program ended: a scraper then sees
+# `memdoc_running 0` and the final findings. `--metrics-grace` changes it.
+METRICS_GRACE_S = 5.0
+
 
 @contextmanager
 def serving_metrics(args: argparse.Namespace, trace: Path, identity: JobIdentity) -> Iterator[None]:
-    """Serve the metrics of the trace `memdoc run` writes, while the block runs."""
+    """Serve the metrics of the trace `memdoc run` writes, while the block runs and for
+    `args.metrics_grace` seconds after it ended."""
     if args.metrics_port is None:
         yield
         return
@@ -27,6 +33,7 @@ def serving_metrics(args: argparse.Namespace, trace: Path, identity: JobIdentity
     collector = MemdocCollector(TraceFileSource(trace), identity)
     with exporting(collector, args.metrics_port, args.metrics_address, quiet=args.quiet):
         yield
+        _linger(args.metrics_grace)
 
 
 @contextmanager
@@ -41,3 +48,11 @@ def exporting(collector: Collector, port: int, address: str, *, quiet: bool) -> 
         yield
     finally:
         server.stop()
+
+
+def _linger(grace_s: float) -> None:
+    """Wait `grace_s` with the exporter still up; Ctrl-C ends the wait."""
+    if grace_s <= 0:
+        return
+    with suppress(KeyboardInterrupt):
+        time.sleep(grace_s)

@@ -46,7 +46,17 @@ def served_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedRun]:
     env = {**os.environ, "SLURM_JOB_ID": "4242"}
     env.pop("MEMDOC_AGENT", None)
     proc = subprocess.Popen(
-        memdoc_cmd("run", "--metrics-port", "0", "-o", str(trace), str(PROGRAM), str(stop)),
+        memdoc_cmd(
+            "run",
+            "--metrics-port",
+            "0",
+            "--metrics-grace",
+            "0",
+            "-o",
+            str(trace),
+            str(PROGRAM),
+            str(stop),
+        ),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
