@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memdoc.errors import MemdocError
-from memdoc.importers import JAX_MEMORY_PROFILE, detect
-from memdoc.importers.allocations import SnapshotAnalysis, analyse_snapshot_file
 from memdoc.trace import Event, EventKind, Trace
+
+if TYPE_CHECKING:
+    from memdoc.importers.allocations import SnapshotAnalysis
 
 MAX_SITES = 15
 
@@ -81,6 +83,11 @@ def load_allocations(trace: Trace, warnings: list[str]) -> Allocations | None:
     event = chosen_snapshot(trace)
     if event is None:
         return None
+    # The importers are loaded only for a run that saved a snapshot: the end-of-run summary
+    # and every report of a run without one do not need them.
+    from memdoc.importers import JAX_MEMORY_PROFILE, detect
+    from memdoc.importers.allocations import analyse_snapshot_file
+
     name = str(event.data["path"])
     # A snapshot beside the trace is named relative to it; an imported one as it was given.
     base = trace.path.parent if trace.path is not None else Path(".")
