@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 from memdoc.cli.common import (
     FINDINGS_EXIT_HELP,
-    expand_folders,
     failing_in_one_line,
     findings_exit_code,
 )
+from memdoc.cli.folders import traces_of_one_run
 
 if TYPE_CHECKING:
     from memdoc.trace.reader import Run, Trace
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from memdoc.report.terminal import render_terminal
     from memdoc.rules.engine import diagnose_run, to_json
 
-    paths = expand_folders(args.traces)
+    paths = traces_of_one_run(args.traces)
     loaded = load_inputs(paths)
     findings = diagnose_run(loaded)
     oom = loaded.primary.ending_oom()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from memdoc.cli.common import check_output_path, expand_folders
+from memdoc.cli.common import check_output_path
+from memdoc.cli.folders import traces_of_one_run
 from memdoc.errors import MemdocError
 from memdoc.printable import printable
 
@@ -39,7 +40,7 @@ def default_output(trace: str) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     output = Path(args.output) if args.output else default_output(args.traces[0])
-    traces = expand_folders(args.traces)
+    traces = traces_of_one_run(args.traces)
     if any(_same_file(output, Path(t)) for t in traces):
         raise MemdocError(f"{output} is one of the inputs; not overwriting it", hint="pass -o FILE")
     check_output_path(output, force=args.force)

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
@@ -18,6 +18,7 @@ from memdoc import recordings
 from memdoc.collectors.registry import parent_collectors
 from memdoc.files import open_output
 from memdoc.forecast.live import ForecastingSink
+from memdoc.metrics.identity import job_identity
 from memdoc.run.channel import ENV_INTERVAL, ENV_SOCKET, AgentServer
 from memdoc.run.rundir import SOCKET_NAME, create_run_dir, remove_stale_run_dirs
 from memdoc.run.tee import stderr_tail
@@ -95,7 +96,19 @@ def _header(options: RunOptions) -> Header:
     header = header_for_this_process(
         options.display_command, interval_s=options.interval_s, mode="run"
     )
-    return replace(header, node_rank=options.node_rank)
+    run_id = job_run_id(os.environ, options.command)
+    return replace(header, node_rank=options.node_rank, run_id=run_id)
+
+
+def job_run_id(environ: Mapping[str, str], command: Sequence[str]) -> str | None:
+    """The id every node's recording of one job shares: the job as its launcher names it,
+    with the SLURM step (several `srun` steps of one job are several runs); None when no
+    launcher names the job."""
+    job = job_identity(environ, command).job
+    step = environ.get("SLURM_STEP_ID")
+    if job is not None and step and environ.get("SLURM_JOB_ID") == job:
+        return f"{job}.{step}"
+    return job
 
 
 def run_program(options: RunOptions) -> RunResult:

@@ -58,6 +58,8 @@ def encode_header(header: Header) -> str:
         del data["cgroup_version"]  # added later: headers without it stay as they were
     if header.node_rank is None:
         del data["node_rank"]  # a one-node recording's header is as it always was
+    if header.run_id is None:
+        del data["run_id"]  # no launcher named the job: the header is as it always was
     return dumps({"type": T_HEADER, "format": FORMAT_NAME, **data})
 
 

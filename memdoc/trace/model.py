@@ -244,6 +244,9 @@ class Header:
     # The launcher's node (torchrun --node-rank, SLURM_NODEID) when one recording covers the
     # ranks of one node of a job on many.
     node_rank: int | None = None
+    # The job every node's recording shares, as its launcher names it (a SLURM job and step,
+    # torchrun's --rdzv-id, MEMDOC_JOB_ID); None where none names it, and in older traces.
+    run_id: str | None = None
 
 
 @dataclass(frozen=True)

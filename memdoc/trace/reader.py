@@ -510,6 +510,24 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
         return _parse(path, _lines(stream))
 
 
+def read_header(path: str | os.PathLike[str]) -> Header:
+    """The header of a trace file, reading its first line only.
+
+    Raises:
+        TraceError: the file is missing, unreadable, empty, not a regular file, not a
+            memdoc trace, or of a newer version.
+    """
+    path = Path(path)
+    try:
+        regular = stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        regular = True  # opening it says what is wrong
+    if not regular:
+        raise TraceError(f"{path}: not a regular file (a pipe or a device), not a trace")
+    with _open(path) as stream:
+        return _parse_header(path, next(_lines(stream), None))
+
+
 def load_trace_lines(
     lines: Iterable[bytes], path: Path | None = None, *, max_lines: int = MAX_LINES
 ) -> Trace:
