@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from memdoc.collectors.launcher import first_int, launcher_ranks, whole_number
+from memdoc.printable import printable
 
 # The first variable that is set names the job: SLURM, then torchrun (elastic), then a
 # Kubernetes pod (whose HOSTNAME is the pod name).
@@ -17,6 +18,8 @@ _NODE_VARIABLES = ("NODE_RANK", "GROUP_RANK", "SLURM_NODEID", "OMPI_COMM_WORLD_N
 _NODE_RANK_OPTION = re.compile(r"^--node[-_]rank(?:=(\d+))?$")
 _RDZV_ID_OPTION = re.compile(r"^--rdzv[-_]id(?:=(.+))?$")
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+# A label value is at most this long: an identity, not a document.
+MAX_LABEL_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -54,12 +57,18 @@ def job_identity(
         node = whole_number(_option(command, _NODE_RANK_OPTION))
     rank, local_rank = launcher_ranks(environ)
     return JobIdentity(
-        host=host or socket.gethostname(),
-        job=job,
+        host=label_text(host or socket.gethostname()),
+        job=None if job is None else label_text(job),
         node_rank=node,
         rank=rank,
         local_rank=local_rank,
     )
+
+
+def label_text(text: str) -> str:
+    """`text` as a label value can carry it: valid UTF-8 (bytes that were not text become
+    U+FFFD), no control characters, at most MAX_LABEL_CHARS."""
+    return printable(text)[:MAX_LABEL_CHARS]
 
 
 def _option(command: Sequence[str], pattern: re.Pattern[str]) -> str | None:
