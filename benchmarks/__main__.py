@@ -19,11 +19,13 @@ from benchmarks.harness import BENCHMARKS_DIR, Context, Figure, Group, unavailab
 from benchmarks.overhead import overhead_group
 from benchmarks.parent_rss import parent_rss_group
 from benchmarks.scrape import scrape_group
+from benchmarks.start import start_group
 from benchmarks.tick import tick_group
 from benchmarks.trace_io import trace_group
 
 # In the order they run: the noisy, long ones last.
 GROUPS: dict[str, Group] = {
+    "start": start_group,
     "tick": tick_group,
     "trace": trace_group,
     "analysis": analysis_group,
