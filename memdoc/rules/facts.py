@@ -393,6 +393,24 @@ def step_curve(trace: Trace, device: int | None = None) -> Curve | None:
     return None
 
 
+def rank_curves(trace: Trace) -> list[tuple[int, Curve]]:
+    """Each rank's own resident memory at step boundaries, in rank order, when the trace
+    holds two ranks or more that were sampled on their own (`memdoc run -- torchrun`)."""
+    ranked: dict[int, int] = {}
+    for process in trace.processes():
+        if process.rank is not None:
+            ranked[process.pid] = process.rank  # the latest rank a process reported
+    out = []
+    for pid, rank in ranked.items():
+        if trace.series(Metric.HOST_RSS, None, pid) is None:
+            continue
+        steps = trace.per_step(Metric.HOST_RSS, None, pid)
+        out.append(
+            (rank, Curve(f"rank {rank}'s resident memory", Metric.HOST_RSS, None, pid, steps))
+        )
+    return sorted(out, key=lambda rc: rc[0]) if len({r for r, _ in out}) >= 2 else []
+
+
 def root_pid(trace: Trace) -> int | None:
     """The job's first process: the program `memdoc run` started, or the watched process."""
     for process in trace.processes(ours=True):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from memdoc.rules.confidence import confidence_word
-from memdoc.rules.engine import diagnose, explain_text
+from memdoc.rules.engine import check_rule, diagnose, explain_text
 from memdoc.rules.registry import RULES
 from memdoc.rules.words import explain_in_words
 from memdoc.trace import EventKind, OomInfo, load_trace
@@ -942,3 +942,16 @@ def test_a_keras_model_that_fails_while_building_its_weights_is_too_large_before
     findings = diagnose(load_trace(path))
 
     assert findings[0].rule == first
+
+
+def test_a_leak_in_one_rank_of_a_torchrun_job_names_that_rank() -> None:
+    from memdoc.rules.causes.leak_across_steps import RULE as LEAK
+
+    trace = load_trace(RULE_FIXTURES / "leak-across-steps" / "hit-ddp-rank1-grows.memdoc")
+
+    finding = check_rule(LEAK, trace)
+
+    assert finding is not None
+    assert finding.summary.startswith("Rank 1's resident memory at step boundaries grew by")
+    assert finding.summary.endswith("Rank 0 stayed flat.")
+    assert "process tree" not in finding.summary

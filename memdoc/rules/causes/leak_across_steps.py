@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
@@ -13,6 +14,7 @@ from memdoc.rules.facts import (
     failure,
     frameworks,
     measured_baselines,
+    rank_curves,
     specific_library,
     step_curve,
 )
@@ -171,22 +173,26 @@ GPU. In Python the memory is freed only when the last reference goes.
         curve = step_curve(trace, device if device is not None and device >= 0 else None)
         if curve is None:
             return None
-        measured = measured_baselines(trace, curve)
-        # The first steps allocate once (optimizer state, caches, autotuning): a jump there
-        # followed by a plateau is warm-up, not a leak.
-        warmup = min(WARMUP_STEPS, max(0, len(measured) - MIN_STEPS))
-        measured = [(step, value) for step, value in measured if step >= warmup]
-        if len(measured) < MIN_STEPS:
+        fitted = _growth(trace, curve)
+        if fitted is None:
             return None
-        values = [value for _, value in measured]
-        positions = [step for step, _ in measured]
-        trend = fit_trend(values, tolerance=_noise(curve, values), positions=positions)
-        if trend is None or not _grows(trend, curve):
-            return None
-        return self._report(trace, fail, curve, trend, values[-1])
+        trend, last = fitted
+        if curve.on_host and curve.pid is None:
+            by_rank = _by_rank(trace)
+            if by_rank is not None:
+                curve, trend, last, flat = by_rank
+                return self._report(trace, fail, curve, trend, last, flat_ranks=flat)
+        return self._report(trace, fail, curve, trend, last)
 
     def _report(
-        self, trace: Trace, fail: Failure | None, curve: Curve, trend: Trend, last: float
+        self,
+        trace: Trace,
+        fail: Failure | None,
+        curve: Curve,
+        trend: Trend,
+        last: float,
+        *,
+        flat_ranks: Sequence[int] = (),
     ) -> Finding:
         total = curve_capacity(trace, curve, fail.oom if fail else None)
         slope = trend.robust_slope_per_step
@@ -209,10 +215,15 @@ GPU. In Python the memory is freed only when the last reference goes.
             ended_in_failure=fail is not None,
             grew_by_half=relative >= 0.5,
         )
+        subject = curve.label[:1].upper() + curve.label[1:] if flat_ranks else f"The {curve.label}"
         summary = (
-            f"The {curve.label} at step boundaries grew by {format_bytes(slope)} per step "
+            f"{subject} at step boundaries grew by {format_bytes(slope)} per step "
             f"over {span} steps ({format_bytes(trend.robust_growth)} in all)."
         )
+        if flat_ranks:
+            others = ", ".join(str(r) for r in flat_ranks)
+            summary += f" Rank{'s' if len(flat_ranks) > 1 else ''} {others} stayed flat."
+            evidence.append(count_evidence("ranks that stayed flat", len(flat_ranks)))
         return self.finding(
             trace,
             signals,
@@ -273,6 +284,41 @@ GPU. In Python the memory is freed only when the last reference goes.
             to_confirm=TO_CONFIRM,
             frameworks=frameworks(trace, oom),
         )
+
+
+def _growth(trace: Trace, curve: Curve) -> tuple[Trend, float] | None:
+    """The curve's trend at step boundaries after warm-up, and its last value, when it grows."""
+    measured = measured_baselines(trace, curve)
+    # The first steps allocate once (optimizer state, caches, autotuning): a jump there
+    # followed by a plateau is warm-up, not a leak.
+    warmup = min(WARMUP_STEPS, max(0, len(measured) - MIN_STEPS))
+    measured = [(step, value) for step, value in measured if step >= warmup]
+    if len(measured) < MIN_STEPS:
+        return None
+    values = [value for _, value in measured]
+    positions = [step for step, _ in measured]
+    trend = fit_trend(values, tolerance=_noise(curve, values), positions=positions)
+    if trend is None or not _grows(trend, curve):
+        return None
+    return trend, values[-1]
+
+
+def _by_rank(trace: Trace) -> tuple[Curve, Trend, float, list[int]] | None:
+    """The rank that grew, when some ranks of a job grew and others did not: its curve,
+    trend and last value, and the ranks that stayed flat. None when every rank grew (the
+    tree's curve says it) or the trace holds no ranks of their own."""
+    grew: list[tuple[Curve, Trend, float]] = []
+    flat: list[int] = []
+    for rank, curve in rank_curves(trace):
+        fitted = _growth(trace, curve)
+        if fitted is None:
+            flat.append(rank)
+        else:
+            grew.append((curve, *fitted))
+    if not grew or not flat:
+        return None
+    curve, trend, last = max(grew, key=lambda g: g[1].robust_slope_per_step)
+    return curve, trend, last, flat
 
 
 def _grows(trend: Trend, curve: Curve) -> bool:
