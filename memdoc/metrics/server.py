@@ -161,7 +161,7 @@ def serve(collector: Collector, port: int, address: str = DEFAULT_ADDRESS) -> Me
 
 
 def _bind(address: str, port: int, registry: CollectorRegistry) -> _BoundedServer:
-    shown = printable(address)[:80]
+    shown = ascii(address)[1:-1][:80]  # as escapes where it is not plain ASCII
     try:
         family, host = _family(address, port)
 

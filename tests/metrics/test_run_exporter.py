@@ -193,3 +193,34 @@ def test_an_address_this_machine_does_not_have_is_one_clear_line() -> None:
     lines = done.stderr.decode().splitlines()
     assert lines[0].startswith("memdoc: error: cannot serve metrics on 192.0.2.1:0 (")
     assert lines[1].startswith("memdoc: hint: ")
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        pytest.param("hôte\u2028", id="non-ascii"),
+        pytest.param("ü" * 70, id="non-ascii-over-long"),
+        pytest.param("h\udcff", id="invalid-bytes"),
+        pytest.param("a" * 300, id="over-long"),
+        pytest.param("x." + "b" * 70 + ".example", id="over-long-label"),
+    ],
+)
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(("run", "--metrics-port", "0", "--metrics-address"), id="run"),
+        pytest.param(("top", "--serve", "0", "--serve-address"), id="top"),
+    ],
+)
+def test_an_address_that_is_no_host_name_is_one_clear_line_and_exit_2(
+    tmp_path: Path, command: tuple[str, ...], address: str
+) -> None:
+    marker = tmp_path / "ran"
+    program = ("-o", str(tmp_path / "t.memdoc"), "--", "touch", str(marker))
+    done = run_memdoc(*command, address, *(program if command[0] == "run" else ()), timeout=30)
+
+    assert done.returncode == 2
+    err = done.stderr.decode()
+    assert err.startswith("memdoc: error: cannot serve metrics on "), err
+    assert "Traceback" not in err and len(err.splitlines()) <= 2
+    assert not marker.exists()
