@@ -4,15 +4,31 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from memdoc.errors import InputError
 from memdoc.importers.build import TraceBuilder
+from memdoc.importers.safe_pickle import memory_budget_bytes
 from memdoc.trace.model import DeviceInfo, EventKind, Metric, SeriesKey
+from memdoc.units import format_bytes
 
 MAX_JSON_BYTES = 2 * 1024**3  # decompressed; a profiler trace this large is not worth loading
+# As for memdoc's own traces: a gzip that expands a hundred times more than a trace does is a
+# bomb (or damage); small files may expand to the floor.
+MAX_JSON_EXPANSION = 100
+MIN_JSON_LIMIT_BYTES = 16 * 1024**2
+# Objects and arrays (events, their args): tens of millions is no profile memdoc could draw.
+MAX_JSON_OBJECTS = 20_000_000
+_CHUNK_BYTES = 1024**2
+# What one parsed object costs (a dict or list, its slot, a few small values), and what the
+# text's strings and numbers cost per byte once parsed, rounded up from a real profile: 54 MB
+# of JSON, 451 thousand objects, 161 MB once parsed (tests/fixtures/importers/torch-profiler-hta).
+OBJECT_BYTES = 200
+JSON_BYTES_FACTOR = 2
 CUDA_DEVICE_TYPE = 1  # the `Device Type` of `[memory]` events (0 is the CPU)
 HOST_DEVICE = -1
 # export_memory_timeline's raw rows: [time_ns, action, bytes, category]; time -1 = before.
@@ -33,28 +49,86 @@ _PEAK = "torch." + Metric.ALLOCATED_PEAK
 
 
 def load_json(path: Path) -> Any:
-    """JSON from a file that may be gzipped, refusing absurd sizes.
+    """JSON from a file that may be gzipped, in bounded memory: a gzip that expands past
+    MAX_JSON_EXPANSION times its size, more than MAX_JSON_OBJECTS objects, or objects that
+    would not fit in the memory left are refused before anything is parsed.
 
     Raises:
-        InputError: not JSON, damaged gzip, or larger than MAX_JSON_BYTES once decompressed.
+        InputError: not JSON, damaged gzip, a bomb, or too large once decompressed.
     """
-    try:
-        with _open(path) as stream:
-            data = stream.read(MAX_JSON_BYTES + 1)
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise InputError(f"{path}: cannot read it ({exc})") from None
-    if len(data) > MAX_JSON_BYTES:
-        raise InputError(f"{path}: larger than any profiler trace memdoc reads")
+    data = _read_bounded(path)
+    _check_objects(path, data)
     try:
         return json.loads(data)
-    except ValueError as exc:
+    except MemoryError:
+        raise InputError(f"{path}: not enough memory to read it; nothing was imported") from None
+    except (ValueError, RecursionError) as exc:
         raise InputError(f"{path}: damaged JSON ({exc})") from None
 
 
-def _open(path: Path) -> Any:
-    with open(path, "rb") as probe:
-        gzipped = probe.read(2) == b"\x1f\x8b"
-    return gzip.open(path, "rb") if gzipped else open(path, "rb")
+def _read_bounded(path: Path) -> bytearray:
+    """The file's bytes, decompressed when it is gzip, no more than its limit.
+
+    Raises:
+        InputError: unreadable, damaged gzip, or past the limit.
+    """
+    try:
+        with open(path, "rb") as raw:
+            gzipped = raw.read(2) == b"\x1f\x8b"
+            raw.seek(0)
+            size = os.fstat(raw.fileno()).st_size
+            limit = _decompressed_limit(size) if gzipped else MAX_JSON_BYTES
+            with gzip.GzipFile(fileobj=raw) if gzipped else raw as stream:
+                data = _read_at_most(stream, limit + 1)
+    except MemoryError:
+        raise InputError(f"{path}: not enough memory to read it; nothing was imported") from None
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(f"{path}: cannot read it ({exc})") from None
+    if len(data) <= limit:
+        return data
+    if gzipped:
+        raise InputError(
+            f"{path}: refused: it decompresses to more than {format_bytes(limit)}, over "
+            f"{MAX_JSON_EXPANSION} times its size (a gzip bomb, or damage); nothing was imported"
+        )
+    raise InputError(f"{path}: larger than any profiler trace memdoc reads")
+
+
+def _read_at_most(stream: IO[bytes] | gzip.GzipFile, limit: int) -> bytearray:
+    """Up to `limit` bytes, in chunks: memory grows with what is there, not with the limit."""
+    data = bytearray()
+    while len(data) < limit and (chunk := stream.read(min(_CHUNK_BYTES, limit - len(data)))):
+        data += chunk
+    return data
+
+
+def _decompressed_limit(file_bytes: int) -> int:
+    """A profiler trace compresses about ten times; small files may expand to the floor."""
+    return min(MAX_JSON_BYTES, max(MIN_JSON_LIMIT_BYTES, MAX_JSON_EXPANSION * file_bytes))
+
+
+def _check_objects(path: Path, data: bytearray) -> None:
+    """Refuse JSON whose objects and arrays are too many, or would not fit in memory once
+    parsed (every brace counts: one inside a string only makes the estimate safer).
+
+    Raises:
+        InputError: more than MAX_JSON_OBJECTS, or more memory than is left.
+    """
+    objects = data.count(b"{") + data.count(b"[")
+    if objects > MAX_JSON_OBJECTS:
+        raise InputError(
+            f"{path}: refused: more than {MAX_JSON_OBJECTS:,} objects, more than any profiler "
+            "trace memdoc reads (damage, or a file made to fill memory); nothing was imported"
+        )
+    needed = objects * OBJECT_BYTES + JSON_BYTES_FACTOR * len(data)
+    budget = memory_budget_bytes()
+    if needed > budget:
+        raise InputError(
+            f"{path}: refused: its {objects:,} objects would take about "
+            f"{format_bytes(needed)} of memory, {format_bytes(budget)} is available; "
+            "nothing was imported",
+            hint="analyse it on a machine with more memory",
+        )
 
 
 def is_chrome_trace(data: Any) -> bool:
