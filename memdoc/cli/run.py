@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -165,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
         record_allocations=args.record_allocations,
         node_rank=identity.node_rank,
         output_log=output_log,
+        warm_up=_ending_loader(quiet=args.quiet, report=report_path is not None),
     )
     with serving_metrics(args, output, identity):
         return _run(options, report_path, args)
@@ -181,6 +184,22 @@ def _run(options: RunOptions, report_path: Path | None, args: argparse.Namespace
         result = run_program(options)
     _finish(result.trace_path, result.writer_error, report_path, args)
     return ExitStatus(result.status, result.signal)
+
+
+def _ending_loader(*, quiet: bool, report: bool) -> Callable[[], None] | None:
+    """What the end of the run imports (the summary, the report writer), to import while
+    the program runs: a short program then does not wait for it."""
+    modules = ([] if quiet else ["memdoc.report.summary"]) + (
+        ["memdoc.report.html"] if report else []
+    )
+    if not modules:
+        return None
+
+    def load() -> None:
+        for name in modules:
+            importlib.import_module(name)
+
+    return load
 
 
 def _output_path(output: str | None, name_in_folder: str) -> Path:

@@ -41,6 +41,9 @@ _FORWARDED = (
     signal.SIGUSR1,
     signal.SIGUSR2,
 )
+# Never forwarded (the kernel sends it to memdoc as the program ends): wakes the forwarding
+# thread when the program has ended.
+_WAKE = signal.SIGCHLD
 # si_code of a signal the kernel sent (a terminal's Ctrl-C reaches the whole foreground
 # process group, the program included, so such a signal is not forwarded twice).
 _SI_KERNEL = 0x80
@@ -60,6 +63,9 @@ class RunOptions:
     output_log: Path | None = None  # --live: the program's output goes here
     extra_env: dict[str, str] = field(default_factory=dict)
     started: Callable[[int], None] | None = None  # told the program's PID once it runs
+    # Imports the end of the run needs (the summary), done on a thread while the program
+    # runs, so that a short program does not wait for them after it ended.
+    warm_up: Callable[[], None] | None = None
     node_rank: int | None = None  # this node's place in a job on many nodes
 
 
@@ -163,6 +169,7 @@ def _run_recorded(options: RunOptions, writer: TraceWriter) -> RunResult:
         server.start()
         if tail is not None:
             tail.program_started()
+        _warm_up(options.warm_up, stderr=tail is not None)
         writer.process(
             ProcessInfo(
                 pid=child.pid, t=time.time(), ppid=os.getpid(), command=tuple(options.command)
@@ -198,6 +205,23 @@ def _run_recorded(options: RunOptions, writer: TraceWriter) -> RunResult:
     return RunResult(exit_code, sig, options.output, writer.error, len(server.agent_pids))
 
 
+def _warm_up(work: Callable[[], None] | None, *, stderr: bool) -> None:
+    """Import what the end of the run needs, on a daemon thread beside the program (started,
+    like every thread of memdoc, with the forwarded signals blocked). What fails here is
+    imported again where it is needed, and fails there as it would have."""
+
+    def warm() -> None:
+        with contextlib.suppress(Exception):
+            if stderr:
+                from memdoc.oom import parse_all
+
+                parse_all("")  # loads the parsers the program's stderr is read with
+            if work is not None:
+                work()
+
+    threading.Thread(target=warm, name="memdoc-warm-up", daemon=True).start()
+
+
 def _record_stderr_ooms(
     writer: TraceWriter, text: str, *, in_process: int, t: float, pid: int | None = None
 ) -> None:
@@ -223,10 +247,20 @@ def _wait_forwarding_signals(child: subprocess.Popen[bytes], *, forward: bool) -
     if not forward:
         return child.wait()
     done = threading.Event()
+    may_end = threading.Event()  # the thread stays until it can no longer be signalled
 
     def forward_loop() -> None:
+        try:
+            # Blocked in this thread only, and waited for with the forwarded ones: sent to
+            # it once the program ended, it ends the wait at once instead of at its timeout.
+            signal.pthread_sigmask(signal.SIG_BLOCK, {_WAKE})
+            forward_until_done()
+        finally:
+            may_end.wait()
+
+    def forward_until_done() -> None:
         while not done.is_set():
-            info = signal.sigtimedwait(_FORWARDED, 0.2)
+            info = signal.sigtimedwait((*_FORWARDED, _WAKE), 0.2)
             # A stop and continue (SIGSTOP, SIGCONT) can end the wait with no signal in it.
             if info is None or info.si_signo not in _FORWARDED:
                 continue
@@ -243,4 +277,11 @@ def _wait_forwarding_signals(child: subprocess.Popen[bytes], *, forward: bool) -
         return child.wait()
     finally:
         done.set()
+        try:
+            if thread.ident is not None:
+                signal.pthread_kill(thread.ident, _WAKE)
+        except OSError:
+            pass
+        finally:
+            may_end.set()
         thread.join(1.0)
