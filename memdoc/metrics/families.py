@@ -45,6 +45,7 @@ class MemdocCollector(Collector):
             yield from _process_families(self._identity, snap)
             yield from _host_families(job, snap)
             yield from _progress_families(job, snap)
+            yield from _forecast_families(job, snap)
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # families depend on what was recorded: nothing to pre-register
@@ -205,6 +206,34 @@ def _progress_families(job: list[str], snap: MetricsSnapshot) -> Iterator[Metric
         )
     yield top
     yield confidence
+
+
+def _forecast_families(job: list[str], snap: MetricsSnapshot) -> Iterator[Metric]:
+    labels = (*JOB_LABELS, "limit", "device")
+    steps = GaugeMetricFamily(
+        "memdoc_forecast_steps_left",
+        "Steps until the per-step peak reaches the limit at the growth seen so far (limit: "
+        "which one, in words); absent when no OOM is forecast or the run ended",
+        labels=labels,
+    )
+    seconds = GaugeMetricFamily(
+        "memdoc_forecast_seconds_left",
+        "Seconds until the forecast OOM at the steps' pace, counted from the scrape",
+        labels=labels,
+    )
+    limit = GaugeMetricFamily(
+        "memdoc_forecast_limit_bytes", "The limit the forecast OOM runs into", labels=labels
+    )
+    said = snap.forecast
+    if said is not None:
+        where = [*job, said.limit, _text(said.device)]
+        steps.add_metric(where, float(said.steps_left))
+        limit.add_metric(where, float(said.limit_bytes))
+        if said.seconds_left is not None:
+            seconds.add_metric(where, said.seconds_left)
+    yield steps
+    yield seconds
+    yield limit
 
 
 def _gauge(name: str, documentation: str, job: list[str], value: float | None) -> Iterator[Metric]:

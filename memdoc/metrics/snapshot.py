@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from memdoc.forecast.model import Forecast
 from memdoc.rules.base import Finding
 from memdoc.rules.spec import confidence_word
 from memdoc.trace.ledger import (
@@ -18,7 +19,7 @@ from memdoc.trace.ledger import (
     ledger_at,
     run_pids,
 )
-from memdoc.trace.model import FRAMEWORK_PREFIXES, Metric, framework_metric
+from memdoc.trace.model import FRAMEWORK_PREFIXES, EventKind, Metric, framework_metric
 from memdoc.trace.reader import Trace
 
 # A process's series whose last value is older than this (behind the trace's newest value)
@@ -55,6 +56,17 @@ class TopFinding:
 
 
 @dataclass(frozen=True)
+class ForecastNow:
+    """The OOM forecast in force, counted from now: what the forecast metrics carry."""
+
+    limit: str  # which limit, in words: "address-space cap (RLIMIT_AS)", "GPU 0 total"
+    limit_bytes: int
+    device: int | None
+    steps_left: int
+    seconds_left: float | None  # None when the steps' pace is unknown
+
+
+@dataclass(frozen=True)
 class MetricsSnapshot:
     """Everything one scrape exposes, computed from the trace as it stands."""
 
@@ -70,6 +82,7 @@ class MetricsSnapshot:
     step_rate_per_s: float | None
     ooms: int
     top_finding: TopFinding | None
+    forecast: ForecastNow | None = None
 
 
 def snapshot_of(trace: Trace, findings: Sequence[Finding] = ()) -> MetricsSnapshot:
@@ -90,7 +103,39 @@ def snapshot_of(trace: Trace, findings: Sequence[Finding] = ()) -> MetricsSnapsh
         step_rate_per_s=step_rate_per_s(trace, now),
         ooms=len(trace.oom_events()),
         top_finding=_top(findings),
+        forecast=forecast_now(trace, now),
     )
+
+
+def forecast_now(trace: Trace, now: float) -> ForecastNow | None:
+    """The forecast the run's last `forecast` event made, counted from `now`; None when it
+    forecast no OOM (or cleared one), and once the run ended: nothing lies ahead of it."""
+    if trace.complete:
+        return None
+    said = _last_forecast(trace)
+    if said is None:
+        return None
+    step = max([said.step, *_step_numbers(trace)[-1:]])
+    seconds = None if said.eta_s is None else max(said.eta_s - (now - said.t_s), 0.0)
+    return ForecastNow(
+        limit=said.limit_label,
+        limit_bytes=said.limit_bytes,
+        device=said.device,
+        steps_left=max(said.oom_step - step, 0),
+        seconds_left=seconds,
+    )
+
+
+def _last_forecast(trace: Trace) -> Forecast | None:
+    events = trace.events(EventKind.FORECAST)
+    if not events or events[-1].data.get("state") != "likely":
+        return None
+    return Forecast.from_data(events[-1].data)
+
+
+def _step_numbers(trace: Trace) -> list[int]:
+    numbers = (e.data.get("step") for e in trace.steps())
+    return [n for n in numbers if isinstance(n, int)]
 
 
 def step_rate_per_s(trace: Trace, now: float, window_s: float = STEP_RATE_WINDOW_S) -> float | None:

@@ -57,5 +57,5 @@ def test_the_end_of_the_run_can_be_scraped_during_the_grace_period(tmp_path: Pat
     assert ended is not None, "the endpoint closed before the end of the run was scraped"
     steps = len(load_trace(trace).steps())
     assert steps > 0 and only(ended, "memdoc_steps_total").value == steps
-    assert 1.0 < lingered_s < GRACE_S + 10
+    assert lingered_s < GRACE_S + 10  # then it closed by itself
     assert proc.returncode == 0

@@ -137,3 +137,50 @@ def test_the_exporter_forgets_old_values_but_keeps_each_series_last_one() -> Non
     assert kept is not None and list(kept.times) == [float(t) for t in range(400, 1000)]
     old = trace.series(Metric.HOST_RSS, pid=7)
     assert old is not None and list(old.values) == [42.0]
+
+
+def _leaking_run(path: Path, *, ended: bool) -> None:
+    """A run whose address space grows 5 MiB a step towards a 1000 MiB cap, a step a
+    second, recorded through the live forecast as `memdoc run` records it."""
+    import itertools
+
+    from memdoc.forecast.live import ForecastingSink
+    from memdoc.trace.model import Metric, SeriesKey
+
+    mib, pid, start = 1 << 20, 4242, time.time() - 100.0
+    header = Header(version=SCHEMA_VERSION, created_unix=start, memdoc_version="t")
+    writer = TraceWriter(path, header)
+    ticks = itertools.count(0, 2.0)
+    sink = ForecastingSink(writer, start_unix=start, clock=lambda: float(next(ticks)))
+    vms, cap = SeriesKey(Metric.HOST_VMS, pid=pid), SeriesKey(Metric.HOST_RLIMIT_AS, pid=pid)
+    for step in range(1, 61):
+        sink.samples(start + step - 0.5, {vms: 300 * mib + 5 * mib * step, cap: 1000 * mib})
+        sink.event(Event(t=start + step, kind=EventKind.STEP, pid=pid, data={"step": step}))
+    writer.close(ExitInfo(t=start + 61, exit_code=0) if ended else None)
+
+
+def test_the_forecast_says_steps_and_seconds_left_and_which_limit(tmp_path: Path) -> None:
+    path = tmp_path / "run.memdoc"
+    _leaking_run(path, ended=False)
+
+    samples = _samples(TraceFileSource(path, diagnose_fn=lambda trace: ()))
+
+    steps = [s for s in samples if s.name == "memdoc_forecast_steps_left"]
+    seconds = [s for s in samples if s.name == "memdoc_forecast_seconds_left"]
+    limit = [s for s in samples if s.name == "memdoc_forecast_limit_bytes"]
+    assert len(steps) == len(seconds) == len(limit) == 1
+    # 300 MiB + 5 MiB a step reaches 1000 MiB at step 140: about 80 steps after step 60.
+    assert 75 <= steps[0].value <= 85
+    assert 75 <= seconds[0].value <= 85  # a step a second
+    assert limit[0].value == 1000 * (1 << 20)
+    assert steps[0].labels["limit"] == "address-space cap (RLIMIT_AS)"
+    assert steps[0].labels["job"] == "j" and steps[0].labels["device"] == ""
+
+
+def test_no_forecast_is_shown_once_the_run_ended(tmp_path: Path) -> None:
+    path = tmp_path / "run.memdoc"
+    _leaking_run(path, ended=True)
+
+    samples = _samples(TraceFileSource(path, diagnose_fn=lambda trace: ()))
+
+    assert not [s for s in samples if s.name.startswith("memdoc_forecast_")]
