@@ -157,7 +157,7 @@ def parse_snapshot(
         raise NotASnapshot("not a PyTorch memory snapshot (no 'segments' list)")
     reader = _Reader(budget)
     raw_segments: list[Any] = data["segments"]
-    era = "history" if _any_history(raw_segments) else "frames"
+    era = "history" if _any_history(raw_segments, reader) else "frames"
     segments = tuple(reader.segment(s) for s in _items(raw_segments, consume))
     traces: dict[int, tuple[TraceEntry, ...]] = {}
     raw_traces = data.get("device_traces") or []
@@ -190,10 +190,14 @@ def _items(items: list[Any], consume: bool) -> Iterable[Any]:
         yield item
 
 
-def _any_history(raw_segments: list[Any]) -> bool:
+def _any_history(raw_segments: list[Any], reader: _Reader) -> bool:
+    """True when the blocks carry `history` (PyTorch 2.0): the first block that says either
+    way decides. Every segment and block looked at is spent from the reader's budget."""
     for segment in raw_segments:
+        reader.spend()
         blocks = segment.get("blocks") if isinstance(segment, dict) else None
         for block in blocks if isinstance(blocks, list) else ():
+            reader.spend()
             if isinstance(block, dict) and "history" in block:
                 return True
             if isinstance(block, dict) and "frames" in block:
@@ -210,13 +214,19 @@ class _Reader:
         self._stacks: dict[int, tuple[Any, Stack]] = {}
         self._frames: dict[int, tuple[Any, Frame]] = {}
 
-    def _spend(self) -> None:
+    def spend(self, count: int = 1) -> None:
+        """Count `count` records visited, shared or not.
+
+        Raises:
+            NotASnapshot: more were visited than the budget allows.
+        """
         if self._budget is not None:
-            self._budget -= 1
+            self._budget -= count
             if self._budget < 0:
                 raise NotASnapshot("damaged snapshot (the same records are reused over and over)")
 
     def segment(self, raw: Any) -> Segment:
+        self.spend()
         if not isinstance(raw, dict):
             raise NotASnapshot("a segment is not a dict")
         address = _int(raw, "address", 0)
@@ -241,7 +251,7 @@ class _Reader:
         )
 
     def block(self, raw: Any, next_address: int) -> Block:
-        self._spend()
+        self.spend()
         if not isinstance(raw, dict):
             raise NotASnapshot("a block is not a dict")
         size = _int(raw, "size")
@@ -266,7 +276,7 @@ class _Reader:
         )
 
     def entry(self, raw: Any) -> TraceEntry:
-        self._spend()
+        self.spend()
         if not isinstance(raw, dict):
             raise NotASnapshot("a trace entry is not a dict")
         time_us = _int_or_none(raw.get("time_us"))
@@ -286,6 +296,7 @@ class _Reader:
         cached = self._stacks.get(id(raw))
         if cached is not None:
             return cached[1]
+        self.spend(len(raw))
         stack = tuple(self.frame(f) for f in raw)
         self._stacks[id(raw)] = (raw, stack)
         return stack

@@ -96,7 +96,8 @@ def load_allocations(trace: Trace, warnings: list[str]) -> Allocations | None:
             return None  # a profile from a trace written before events named their format
         analysis = analyse_snapshot_file(base / name)
     except MemdocError as exc:
-        warnings.append(f"snapshot {name}: {exc.message}; allocation sites left out")
+        # The message names the file already.
+        warnings.append(f"snapshot {exc.message}; allocation sites left out")
         return None
     reason = event.data.get("reason")
     return from_analysis(analysis, snapshot=name, reason=str(reason) if reason else None)
