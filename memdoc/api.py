@@ -42,20 +42,63 @@ def pop_session(session: Session) -> None:
 
 
 def step(**data: Any) -> None:
-    """Mark a training-step boundary. Does nothing when no memdoc session is active."""
+    """Mark a training-step boundary. Does nothing when no memdoc session is active.
+
+    Never raises: data named like memdoc's own fields (`step`, `source`) is kept as
+    `user_step`, `user_source`; a value that is not a number or a string is kept as text.
+    """
     session = active_session()
     if session is not None:
-        session.step(source="user", **data)
+        _never_raising("memdoc.step", lambda: session.step(source="user", **_user_data(data)))
 
 
 def mark(label: str, *, snapshot: bool = False, **data: Any) -> None:
     """Mark a phase ("eval", "epoch 3"). Does nothing when no memdoc session is active.
 
     With `snapshot=True` and allocation recording on, a PyTorch allocation snapshot is saved.
+    Never raises, whatever the label and the data.
     """
     session = active_session()
     if session is not None:
-        session.mark(label, snapshot=snapshot, **data)
+        _never_raising(
+            "memdoc.mark",
+            lambda: session.mark(_text(label), snapshot=snapshot, **_user_data(data)),
+        )
+
+
+# Fields memdoc writes itself in a step or mark: the program's data of that name is kept
+# beside them, prefixed.
+_OWN_FIELDS = frozenset({"step", "source", "label"})
+_PLAIN = (str, int, float, bool, type(None))
+MAX_DATA_TEXT = 200
+
+
+def _user_data(data: dict[str, Any]) -> dict[str, Any]:
+    return {
+        (f"user_{key}" if key in _OWN_FIELDS else key): (
+            value if isinstance(value, _PLAIN) else _text(value)
+        )
+        for key, value in data.items()
+    }
+
+
+def _text(value: object) -> str:
+    """`value` as text, whatever its `__str__` does."""
+    if isinstance(value, str):
+        return value
+    try:
+        return str(value)[:MAX_DATA_TEXT]
+    except Exception:
+        return f"<{type(value).__name__}>"
+
+
+def _never_raising(call: str, record: Callable[[], object]) -> None:
+    """Run memdoc's side of a public call; a failure of memdoc's own is said once, on
+    stderr, and never reaches the program."""
+    try:
+        record()
+    except Exception as exc:
+        _say_once(("failed", Path(call)), f"memdoc: warning: {call} failed ({_reason(exc)})")
 
 
 def default_trace_path(directory: str | os.PathLike[str] = ".", *, tag: str = "") -> Path:
@@ -269,12 +312,20 @@ class watch:
     # -- inside the block -----------------------------------------------------------------
 
     def step(self, **data: Any) -> None:
-        if self.session is not None:
-            self.session.step(source="user", **data)
+        """`memdoc.step()` for this watch's session; never raises."""
+        session = self.session
+        if session is not None:
+            _never_raising("watch.step", lambda: session.step(source="user", **_user_data(data)))
 
     def mark(self, label: str, **data: Any) -> None:
-        if self.session is not None:
-            self.session.mark(label, **data)
+        """`memdoc.mark()` for this watch's session; never raises."""
+        session = self.session
+        if session is not None:
+            snapshot = data.pop("snapshot", False)
+            _never_raising(
+                "watch.mark",
+                lambda: session.mark(_text(label), snapshot=snapshot, **_user_data(data)),
+            )
 
 
 WATCH_ENDED = "watch block ended"
