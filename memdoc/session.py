@@ -343,19 +343,16 @@ def host_memory_now() -> dict[str, int]:
     the program set its own cap): resident bytes, address space in use, the address-space
     cap (RLIMIT_AS) when one is set, and the tightest limit of this process's own cgroup
     (a rank may run in a cgroup of its own)."""
-    out: dict[str, int] = {}
+    from memdoc.collectors.own import own_memory
+
+    out = own_memory()
     try:
         import resource
 
-        with open("/proc/self/statm") as statm:
-            pages = statm.read().split()
-        page = resource.getpagesize()
-        out["address_space_bytes"] = int(pages[0]) * page
-        out["rss_bytes"] = int(pages[1]) * page
         soft, _ = resource.getrlimit(resource.RLIMIT_AS)
         if soft != resource.RLIM_INFINITY:
             out["rlimit_as_bytes"] = int(soft)
-    except (OSError, ValueError, IndexError, ImportError):
+    except (OSError, ValueError, ImportError):
         pass
     try:
         from memdoc.collectors.cgroup import find_cgroup

@@ -955,3 +955,17 @@ def test_a_leak_in_one_rank_of_a_torchrun_job_names_that_rank() -> None:
     assert finding.summary.startswith("Rank 1's resident memory at step boundaries grew by")
     assert finding.summary.endswith("Rank 0 stayed flat.")
     assert "process tree" not in finding.summary
+
+
+def test_outputs_kept_by_evaluation_with_gradients_off_are_not_blamed_on_autograd() -> None:
+    trace = load_trace(
+        RULE_FIXTURES / "leak-across-steps" / "hit-lightning-eval-keeps-logits.memdoc"
+    )
+
+    found = {f.rule: f for f in diagnose(trace)}
+
+    assert "eval-without-no-grad" not in found  # Lightning had turned gradients off
+    leak = found["leak-across-steps"]
+    assert leak.summary.startswith("Each evaluation pass kept ")
+    assert "not autograd graphs" in leak.summary
+    assert "no_grad" not in " ".join(fix.code for fix in leak.fixes)

@@ -9,6 +9,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from memdoc.collectors.own import own_memory
+
 if TYPE_CHECKING:
     from memdoc.collectors.base import SessionHandle
 
@@ -77,22 +79,28 @@ def caught(exc: BaseException, **data: Any) -> None:
 
 def enter(phase: str, source: str, *, grad_enabled: bool | None) -> None:
     """A loop began `phase`; `grad_enabled` is False where the loop itself turns gradients
-    off (every framework's evaluation does), None where memdoc cannot tell."""
+    off (every framework's evaluation does), None where memdoc cannot tell. The mark carries
+    the process's own memory at that instant, so that what a phase kept is measured
+    exactly however short it was."""
     with _lock:
         _phases.append(phase)
-    mark(phase, phase=phase, source=source, grad_enabled=grad_enabled)
+    mark(phase, phase=phase, source=source, grad_enabled=grad_enabled, host=own_memory())
 
 
-def leave(phase: str, source: str) -> None:
-    """The loop's `phase` ended: the phase around it, if any, goes on."""
+def leave(phase: str, source: str, *, failed: bool = False) -> None:
+    """The loop's `phase` ended: the phase around it, if any, goes on. A phase an error
+    ended leaves no mark: the error belongs to the phase it came from, and whatever the
+    program does next marks its own phase."""
     with _lock:
         if phase in _phases:
             del _phases[len(_phases) - 1 - _phases[::-1].index(phase) :]
         outer = _phases[-1] if _phases else None
+    if failed:
+        return
     if outer is None:
-        mark(PHASE_ENDED, phase=None, ended=phase, source=source)
+        mark(PHASE_ENDED, phase=None, ended=phase, source=source, host=own_memory())
     else:
-        mark(outer, phase=outer, source=source, resumed=True)
+        mark(outer, phase=outer, source=source, resumed=True, host=own_memory())
 
 
 def current_phase() -> str | None:
@@ -121,9 +129,12 @@ def around(phase: str, source: str, *, grad_enabled: bool | None) -> Callable[[F
                 return original(*args, **kwargs)
             enter(phase, source, grad_enabled=grad_enabled)
             try:
-                return original(*args, **kwargs)
-            finally:
-                leave(phase, source)
+                result = original(*args, **kwargs)
+            except BaseException:
+                leave(phase, source, failed=True)
+                raise
+            leave(phase, source)
+            return result
 
         return run_phase  # type: ignore[return-value]
 

@@ -45,9 +45,12 @@ def _evaluation_loop(original: Any) -> Any:
             return original(self, dataloader, description, *a, **k)
         hub.enter(phase, SOURCE, grad_enabled=False)
         try:
-            return original(self, dataloader, description, *a, **k)
-        finally:
-            hub.leave(phase, SOURCE)
+            result = original(self, dataloader, description, *a, **k)
+        except BaseException:
+            hub.leave(phase, SOURCE, failed=True)
+            raise
+        hub.leave(phase, SOURCE)
+        return result
 
     return evaluation_loop
 

@@ -25,6 +25,7 @@ from memdoc.rules.spec import (
     snippet,
 )
 from memdoc.trace.model import Event, Metric
+from memdoc.trace.phases import phase_at
 from memdoc.trace.reader import Series, Trace
 from memdoc.units import format_bytes
 
@@ -135,6 +136,8 @@ graph alive for as long as they are referenced, for example in a list of predict
         involved = frameworks(trace, fail.oom if fail else None)
         if involved and "pytorch" not in involved:
             return None  # only PyTorch records graphs during a plain forward pass
+        if fail is not None and _gradients_were_off(trace, fail):
+            return None  # turning autograd off cannot help where the loop had done it
         if not trace.is_text_only:
             found = self._recorded(trace, fail)
             if found is not None:
@@ -268,6 +271,13 @@ def _eval_spans(trace: Trace) -> list[_Span]:
         later = [t for t in boundaries if t > mark.t]
         spans.append(_Span(label, mark.t, later[0] if later else trace.duration_s))
     return spans
+
+
+def _gradients_were_off(trace: Trace, fail: Failure) -> bool:
+    """The error came in a loop phase that ran with gradients off (Lightning's, the
+    Trainer's and Keras's evaluation and prediction)."""
+    phase = phase_at(trace, fail.t, fail.pid)
+    return phase is not None and phase.grad_enabled is False
 
 
 def _grad_off(mark: Event) -> bool:

@@ -6,6 +6,7 @@ import re
 from collections.abc import Sequence
 
 from memdoc.rules.base import Evidence, Finding, Fix
+from memdoc.rules.causes.kept_by_evaluation import EvaluationKept, kept_by_evaluation
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
 from memdoc.rules.facts import (
     Curve,
@@ -80,6 +81,30 @@ KEEP_LESS_FOR_METRICS_FIX = Fix(
     """
     ),
 )
+
+
+KEEP_FOR_METRICS_FIX = Fix(
+    "pytorch",
+    "Keep what the metric needs, on the CPU, and clear it after each evaluation",
+    snippet(
+        """
+    def validation_step(self, batch, batch_idx):
+        logits = self(batch["x"])
+        self.preds.append(logits.argmax(dim=-1).cpu())  # not: self.preds.append(logits)
+
+    def on_validation_epoch_end(self):
+        accuracy = compute_accuracy(torch.cat(self.preds))
+        self.preds.clear()  # what is kept for one evaluation goes with it
+    """
+    ),
+)
+# The loops' names, as the finding says them.
+FRAMEWORK_LOOPS = {
+    "lightning": "Lightning loop",
+    "transformers": "Trainer",
+    "keras": "Keras loop",
+    "jax": "program",
+}
 
 
 class LeakAcrossSteps(RuleSpec):
@@ -175,7 +200,8 @@ GPU. In Python the memory is freed only when the last reference goes.
             return None
         fitted = _growth(trace, curve)
         if fitted is None:
-            return None
+            kept = kept_by_evaluation(trace, fail)
+            return self._evaluation_kept(trace, fail, kept) if kept is not None else None
         trend, last = fitted
         if curve.on_host and curve.pid is None:
             by_rank = _by_rank(trace)
@@ -231,6 +257,43 @@ GPU. In Python the memory is freed only when the last reference goes.
             evidence,
             frameworks=frameworks(trace, fail.oom if fail else None),
             extra={"metric": curve.metric, "device": curve.device},
+        )
+
+    def _evaluation_kept(self, trace: Trace, fail: Failure | None, kept: EvaluationKept) -> Finding:
+        """Each evaluation pass kept memory: what it collects across batches."""
+        what = (
+            "its outputs (logits or predictions kept for a metric), not autograd graphs: the "
+            f"{FRAMEWORK_LOOPS.get(kept.source, 'loop')} evaluated with gradients off"
+            if kept.gradients_off
+            else "its outputs, or the graphs behind them"
+        )
+        summary = (
+            f"Each evaluation pass kept {format_bytes(kept.per_pass_bytes)} more than it "
+            f"started with ({kept.keeping} of {kept.passes} passes, "
+            f"{format_bytes(kept.total_bytes)} in all): evaluation keeps {what}."
+        )
+        evidence = [
+            bytes_evidence("kept by an evaluation pass (median)", kept.per_pass_bytes),
+            count_evidence("evaluation passes that kept memory", kept.keeping),
+            bytes_evidence("kept by all evaluation passes", kept.total_bytes),
+            bytes_evidence("kept by a training phase (median)", kept.training_per_phase_bytes),
+        ]
+        signals = Signals.of(
+            LIKELY,
+            failed_in_evaluation=kept.failed_in_evaluation,
+            every_pass_kept=kept.keeping == kept.passes and kept.passes >= 3,
+        )
+        fixes = [f for f in self.fixes if f.framework != "pytorch"] + [KEEP_FOR_METRICS_FIX]
+        if kept.source == "transformers":
+            fixes.insert(0, KEEP_LESS_FOR_METRICS_FIX)
+        return self.finding(
+            trace,
+            signals,
+            summary,
+            evidence,
+            to_confirm="look at what the evaluation step appends or stores between batches",
+            frameworks=frameworks(trace, fail.oom if fail else None),
+            fixes=fixes,
         )
 
     def _from_text(self, trace: Trace, fail: Failure) -> Finding | None:

@@ -1,0 +1,78 @@
+"""What evaluation kept: memory an evaluation or prediction pass added and did not give back,
+read from the loop's own phase marks (which carry the process's resident memory exactly at
+each phase change, however short the phase). Part of `leak-across-steps`: the steps that
+leak are evaluation batches, and what they keep are outputs, not graphs, where the loop
+had gradients off."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from memdoc.rules.facts import Failure
+from memdoc.trace.phases import Phase, phases
+from memdoc.trace.reader import Trace
+from memdoc.units import MiB
+
+# A pass counts as keeping memory above this much (resident memory moves by a page or two
+# for nothing).
+KEPT_NOISE_BYTES = 1 * MiB
+# Most passes keep memory, not one: the first pass may warm a cache once.
+MIN_KEEPING_SHARE = 0.7
+MIN_TOTAL_BYTES = 4 * MiB
+# Evaluation keeps clearly more per pass than a training phase does.
+ABOVE_TRAINING = 2.0
+
+
+@dataclass(frozen=True)
+class EvaluationKept:
+    passes: int  # evaluation passes measured end to end
+    keeping: int  # of which kept memory
+    per_pass_bytes: float  # median kept by a pass
+    total_bytes: float  # kept by all passes together
+    training_per_phase_bytes: float  # median kept by a training phase
+    failed_in_evaluation: bool
+    gradients_off: bool  # the loop ran evaluation with gradients off
+    source: str  # the loop ("lightning", "transformers", "keras", "jax")
+
+
+def kept_by_evaluation(trace: Trace, fail: Failure | None) -> EvaluationKept | None:
+    """Evaluation passes that each kept memory, far more than training phases did."""
+    pid = fail.pid if fail is not None else None
+    mine = [p for p in phases(trace) if pid is None or p.pid == pid]
+    evals = [p for p in mine if p.evaluating and p.kept_bytes is not None]
+    if len(evals) < 2:
+        return None
+    kept = [float(p.kept_bytes or 0) for p in evals]
+    keeping = sum(1 for k in kept if k > KEPT_NOISE_BYTES)
+    total = sum(k for k in kept if k > 0)
+    training = _median([p.kept_bytes for p in mine if p.name == "train"])
+    per_pass = statistics.median(kept)
+    if keeping < MIN_KEEPING_SHARE * len(kept) or total < MIN_TOTAL_BYTES:
+        return None
+    if per_pass < ABOVE_TRAINING * max(training, 0.0):
+        return None
+    failing = _failing_phase(mine, fail)
+    return EvaluationKept(
+        passes=len(evals),
+        keeping=keeping,
+        per_pass_bytes=per_pass,
+        total_bytes=total,
+        training_per_phase_bytes=training,
+        failed_in_evaluation=failing is not None and failing.evaluating,
+        gradients_off=all(p.grad_enabled is False for p in evals),
+        source=evals[-1].source,
+    )
+
+
+def _median(values: Sequence[int | None]) -> float:
+    known = [float(v) for v in values if v is not None]
+    return statistics.median(known) if known else 0.0
+
+
+def _failing_phase(mine: Sequence[Phase], fail: Failure | None) -> Phase | None:
+    if fail is None:
+        return None
+    before = [p for p in mine if p.t0 <= fail.t]
+    return before[-1] if before else None

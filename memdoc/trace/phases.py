@@ -1,0 +1,90 @@
+"""The phases of a run as its training loops reported them: train, eval, predict, a
+batch-size search, each with the process's own memory where it began and ended."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memdoc.trace.model import Event
+    from memdoc.trace.reader import Trace
+
+# Phases are marks a loop wrote with a `phase` key (see memdoc.collectors.loops); `phase`
+# is None in the mark that says no loop phase runs any more.
+EVAL_PHASES = ("eval", "predict")
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One stretch of one phase in one process, from its mark to the next phase mark of
+    that process (or the end of the recording)."""
+
+    name: str
+    pid: int | None
+    t0: float
+    t1: float
+    source: str
+    grad_enabled: bool | None  # False where the loop itself turned gradients off
+    rss_start: int | None  # the process's resident bytes when the phase began
+    rss_end: int | None  # ... when the next phase mark came; None at the end of the trace
+
+    @property
+    def evaluating(self) -> bool:
+        return self.name in EVAL_PHASES
+
+    @property
+    def kept_bytes(self) -> int | None:
+        """Resident memory the phase added and had not given back when it ended."""
+        if self.rss_start is None or self.rss_end is None:
+            return None
+        return self.rss_end - self.rss_start
+
+    def holds(self, t: float) -> bool:
+        return self.t0 <= t < self.t1
+
+
+def phases(trace: Trace) -> list[Phase]:
+    """Every loop phase of the trace, in time order per process."""
+    by_pid: dict[int | None, list[Event]] = {}
+    for mark in trace.marks():
+        if "phase" in mark.data:
+            by_pid.setdefault(mark.pid, []).append(mark)
+    out: list[Phase] = []
+    for pid, marks in by_pid.items():
+        for mark, after in zip(marks, [*marks[1:], None], strict=True):
+            name = mark.data.get("phase")
+            if not isinstance(name, str):
+                continue
+            out.append(
+                Phase(
+                    name=name,
+                    pid=pid,
+                    t0=mark.t,
+                    t1=after.t if after is not None else max(trace.duration_s, mark.t),
+                    source=str(mark.data.get("source") or ""),
+                    grad_enabled=_flag(mark.data.get("grad_enabled")),
+                    rss_start=_rss(mark.data),
+                    rss_end=_rss(after.data) if after is not None else None,
+                )
+            )
+    return sorted(out, key=lambda p: p.t0)
+
+
+def phase_at(trace: Trace, t: float, pid: int | None = None) -> Phase | None:
+    """The loop phase `pid` (any process when None) was in at `t`, if a loop reported one."""
+    found = [p for p in phases(trace) if (pid is None or p.pid == pid) and p.t0 <= t]
+    if not found:
+        return None
+    last = found[-1]
+    return last if t <= last.t1 or last.t1 >= trace.duration_s else None
+
+
+def _flag(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def _rss(data: Any) -> int | None:
+    host = data.get("host") if hasattr(data, "get") else None
+    value = host.get("rss_bytes") if isinstance(host, dict) else None
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
