@@ -129,8 +129,14 @@ def oom_view(trace: Trace) -> OomView | None:
         words=explain_in_words(info),
         rank=trace.rank,
         stack=tuple(str(f) for f in stack) if isinstance(stack, list) else (),
-        handled=bool(event.data.get("handled")),
+        # Caught once and then let out (a loop that catches, cleans up and re-raises) is
+        # not survived: the run that failed ended with it.
+        handled=bool(event.data.get("handled")) and not _run_failed(trace),
     )
+
+
+def _run_failed(trace: Trace) -> bool:
+    return trace.exit is not None and trace.exit.status not in (0, None)
 
 
 def rank_rows(run: Run) -> list[RankRow]:

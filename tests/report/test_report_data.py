@@ -258,3 +258,20 @@ def test_how_a_run_ended_is_said_in_one_sentence(
     end: ExitInfo | None, events: tuple[Event, ...], mode: str, expected: tuple[str, str, bool]
 ) -> None:
     assert _ended(end, *events, mode=mode) == expected
+
+
+@pytest.mark.parametrize(("exit_code", "survived"), [(0, True), (1, False)])
+def test_an_oom_caught_and_then_let_out_is_not_called_survived(
+    exit_code: int, survived: bool
+) -> None:
+    from memdoc.report.data import oom_view
+
+    trace = Trace(
+        Header(version=SCHEMA_VERSION, created_unix=T0, memdoc_version="0", mode="run", pid=PID)
+    )
+    trace.add_event(CAUGHT_OOM)  # a loop caught it, cleaned up, and raised it again
+    trace.exit = ExitInfo(3.0, exit_code=exit_code)
+
+    view = oom_view(trace)
+
+    assert view is not None and view.handled is survived
