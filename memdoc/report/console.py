@@ -23,6 +23,10 @@ class SafeConsole(Console):
         kwargs.setdefault("markup", False)
         kwargs.setdefault("emoji", False)
         kwargs.setdefault("highlight", False)
+        if kwargs.get("file") is not None:
+            # A console given a file writes to it, in a notebook too (where rich would
+            # otherwise send each print to the front end as an output of its own).
+            kwargs.setdefault("force_jupyter", False)
         super().__init__(**kwargs)
 
     def render(

@@ -10,6 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
 
 from memdoc.trace import load_run
 from memdoc.trace.model import EventKind
@@ -96,3 +97,56 @@ def test_cell_magic_shows_the_diagnosis_and_links_the_report(
     assert "Traceback" not in missing and "error" not in {
         o.output_type for o in notebook.cells[6].outputs
     }
+
+
+def _run(tmp_path: Path, cells: list[str], *, allow_errors: bool) -> nbformat.NotebookNode:
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(source) for source in cells]
+    client = NotebookClient(
+        notebook,
+        kernel_name="python3",
+        timeout=120,
+        allow_errors=allow_errors,
+        resources={"metadata": {"path": str(tmp_path)}},
+    )
+    client.execute()
+    return notebook
+
+
+def test_a_cell_whose_code_raises_fails_as_it_would_without_the_magic(
+    tmp_path: Path, kernel_env: None
+) -> None:
+    cells = ["%load_ext memdoc", "%%memdoc b.memdoc\nraise ValueError('boom')", "print('went on')"]
+    notebook = nbformat.v4.new_notebook()
+
+    with pytest.raises(CellExecutionError) as raised:
+        notebook = _run(tmp_path, cells, allow_errors=False)
+
+    assert raised.value.ename == "ValueError" and raised.value.evalue == "boom"
+    assert (tmp_path / "b.memdoc").exists()
+    assert not notebook.cells or not notebook.cells[2].outputs
+
+
+def test_the_diagnosis_is_one_output_and_a_bad_line_is_a_usage_message(
+    tmp_path: Path, kernel_env: None
+) -> None:
+    cells = [
+        "%load_ext memdoc",
+        "%%memdoc a.memdoc\nx = 1",
+        "%%memdoc b.memdoc\nraise ValueError('boom')",
+        "%memdoc_report 'abc",
+        "%%memdoc 'abc\nprint('not run')",
+    ]
+
+    notebook = _run(tmp_path, cells, allow_errors=True)
+
+    quiet, failed, report, magic = notebook.cells[1:]
+    assert [o.output_type for o in quiet.outputs] == ["display_data"]
+    assert "peak host" in _texts(quiet) and "\x1b[" not in _texts(quiet)
+    kinds = sorted(o.output_type for o in failed.outputs)
+    assert kinds == ["display_data", "error"]
+    assert "ValueError raised out of the watched block" in _texts(failed)
+    assert [e for e in failed.outputs if e.output_type == "error"][0].ename == "ValueError"
+    for cell in (report, magic):
+        assert [o.output_type for o in cell.outputs] == ["display_data"], cell.outputs
+        assert "usage: %" in _texts(cell) and "Traceback" not in _texts(cell)
