@@ -29,9 +29,10 @@ def write_report(trace_path: Path) -> tuple[Path | None, str | None]:
     there already: never over a file of the user's); in a temporary folder when the trace's
     folder cannot be written.
 
-    Returns the report's path, or None and the first line of the command's complaint.
+    Returns the report's absolute path (a file URI needs one; the trace's may be relative,
+    such as the default name), or None and the first line of the command's complaint.
     """
-    out = _free_report_path(trace_path)
+    out = _free_report_path(trace_path.absolute())
     command = [sys.executable, "-m", "memdoc", "report", str(trace_path), "-o", str(out)]
     try:
         done = subprocess.run(

@@ -295,6 +295,31 @@ async def test_the_report_key_writes_the_html_report_beside_the_trace_and_says_w
         assert any(f"written to {reports[1]}" in m for m in messages)
 
 
+@pytest.mark.slow
+@drive
+async def test_the_report_key_works_on_a_trace_given_by_a_relative_path(
+    demo_trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shutil.copyfile(demo_trace, tmp_path / "memdoc-20240101-000000-1.memdoc")
+    monkeypatch.chdir(tmp_path)
+    opened: list[str] = []
+
+    def no_browser(uri: str) -> bool:
+        opened.append(uri)
+        return False
+
+    source = TraceFollowSource(Path("memdoc-20240101-000000-1.memdoc"))
+    app = make_app(source, rules=fixed_rules, opener=no_browser)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.view is not None)
+        await pilot.press("r")
+        await wait_for(pilot, lambda: len(opened) == 1, timeout_s=60.0)
+        await pilot.pause(0.1)
+        assert app.is_running
+    report = tmp_path / "memdoc-20240101-000000-1.html"
+    assert opened == [report.as_uri()] and report.is_file()
+
+
 def test_no_browser_is_opened_without_a_display(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("sys.platform", "linux")
     for name in ("DISPLAY", "WAYLAND_DISPLAY", "BROWSER"):
