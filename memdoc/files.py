@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 import secrets
+import stat
 from pathlib import Path
 from typing import IO
 
-from memdoc.errors import MemdocError, OutputExistsError
+from memdoc.errors import InputError, MemdocError, OutputExistsError
 
 # Opening never follows a link at the last component (O_NOFOLLOW is POSIX; absent on Windows).
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -135,3 +136,18 @@ def output_folder(path: Path) -> Path:
     if not os.access(path, os.W_OK | os.X_OK):
         raise MemdocError(f"cannot write in {path}: the folder is not writable")
     return path
+
+
+def require_regular_file(path: Path) -> None:
+    """Refuse to read a pipe, a socket or a device: opening a FIFO blocks until someone
+    writes to it, and a device may never end. A missing file is left to opening to report.
+
+    Raises:
+        InputError: `path` exists and is not a regular file or a folder.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise InputError(f"{path}: not a regular file (a pipe or a device); not reading it")

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from memdoc.errors import InputError
+from memdoc.files import require_regular_file
 from memdoc.importers.build import TraceBuilder, save_trace
 from memdoc.importers.jax_pprof import import_jax_profile
 from memdoc.importers.nvidia_smi import MAX_TEXT_BYTES, import_nvidia_smi, looks_like_smi
@@ -85,7 +86,12 @@ def detect(path: str | os.PathLike[str], columns: Sequence[str] | None = None) -
 
 
 def _head(path: Path) -> tuple[bytes, bool]:
-    """The first bytes of the file, decompressed when it is gzip."""
+    """The first bytes of the file, decompressed when it is gzip.
+
+    Raises:
+        InputError: missing, unreadable, a folder, or a pipe or a device (which could block).
+    """
+    require_regular_file(path)
     try:
         with open(path, "rb") as stream:
             raw = stream.read(_HEAD_BYTES)

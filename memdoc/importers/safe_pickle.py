@@ -12,6 +12,7 @@ from typing import Any, BinaryIO
 import psutil
 
 from memdoc.errors import InputError
+from memdoc.files import require_regular_file
 from memdoc.units import GiB, format_bytes
 
 # Larger snapshot files exist only as damage or attack; refusing them early keeps memory bounded.
@@ -97,6 +98,7 @@ def load_plain_pickle(path: str | os.PathLike[str]) -> Any:
     """
     path = Path(path)
     _check_name(path)
+    require_regular_file(path)  # a FIFO would block the open itself
     try:
         with open(path, "rb") as stream:
             size = os.fstat(stream.fileno()).st_size

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import IO, Any
 
-from memdoc.errors import TraceError
+from memdoc.errors import InputError, TraceError
+from memdoc.files import require_regular_file
 from memdoc.trace import codec
 from memdoc.trace.model import (
     FORMAT_NAME,
@@ -449,6 +450,10 @@ class _Decompressed:
 
 def _open(path: Path) -> IO[bytes] | _Decompressed:
     try:
+        require_regular_file(path)  # a FIFO would block the open itself
+    except InputError as exc:
+        raise TraceError(exc.message) from None
+    try:
         raw = open(path, "rb")  # noqa: SIM115 - returned to the caller
     except FileNotFoundError:
         raise TraceError(f"{path}: no such file") from None
@@ -518,12 +523,6 @@ def read_header(path: str | os.PathLike[str]) -> Header:
             memdoc trace, or of a newer version.
     """
     path = Path(path)
-    try:
-        regular = stat.S_ISREG(os.stat(path).st_mode)
-    except OSError:
-        regular = True  # opening it says what is wrong
-    if not regular:
-        raise TraceError(f"{path}: not a regular file (a pipe or a device), not a trace")
     with _open(path) as stream:
         return _parse_header(path, next(_lines(stream), None))
 
