@@ -18,12 +18,16 @@ from memdoc.report.overview import (
 from memdoc.report.timeline import Line, StepTable, Timeline, build_timeline, step_tables
 from memdoc.rules.base import Finding
 from memdoc.rules.engine import explain_in_words, sort_findings
-from memdoc.trace import OomInfo, Run, Trace
+from memdoc.trace import EventKind, OomInfo, Run, Trace
 from memdoc.trace.ledger import Ledger
 from memdoc.trace.reader import oom_of
+from memdoc.units import format_bytes, format_percent
 from memdoc.version import __version__
 
 RANK_MAX_POINTS = 1000
+NO_PROBLEM = "No memory problem found in this run."
+# Holders named when a snapshot cannot say whether the run failed.
+QUIET_HOLDERS = 3
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,8 @@ class ReportData:
     ranks: tuple[RankRow, ...]
     warnings: tuple[str, ...]
     memdoc_version: str
+    # What "Why" says when nothing was found: lines, the first one the verdict.
+    none_found: tuple[str, ...] = (NO_PROBLEM,)
 
     @classmethod
     def from_run(
@@ -86,6 +92,7 @@ class ReportData:
         trace = run.primary
         warnings = [*run.warnings, *loss_warnings(run)]
         oom = oom_view(trace)
+        allocations = load_allocations(trace, warnings)
         return cls(
             title=title or _title(trace),
             overview=build_overview(trace),
@@ -94,11 +101,40 @@ class ReportData:
             ledgers=tuple(device_ledgers(trace, oom.info if oom else None, oom.t if oom else None)),
             timeline=build_timeline(trace, max_points),
             steps=tuple(step_tables(trace)),
-            allocations=load_allocations(trace, warnings),
+            allocations=allocations,
             ranks=tuple(rank_rows(run)) if len(run.traces) > 1 else (),
             warnings=tuple(warnings),
             memdoc_version=__version__,
+            none_found=none_found(trace, allocations),
         )
+
+
+def none_found(trace: Trace, allocations: Allocations | None) -> tuple[str, ...]:
+    """What to say when no rule found anything. A run that was watched to its end had no
+    memory problem memdoc could see; an imported snapshot that holds no out-of-memory record
+    cannot tell either way, so it says so, and where the memory was."""
+    if not _snapshot_without_oom(trace):
+        return (NO_PROBLEM,)
+    lines = [
+        "The snapshot holds no out-of-memory record: memdoc cannot tell from it whether this "
+        "run ran out of memory."
+    ]
+    if allocations is not None and allocations.sites:
+        lines.append(
+            f"Where the memory was on GPU {allocations.device} "
+            f"({format_bytes(allocations.live_bytes)} live), largest first:"
+        )
+        lines += [
+            f"  {format_bytes(site.bytes)} ({format_percent(site.share)}) {site.site}"
+            for site in allocations.sites[:QUIET_HOLDERS]
+        ]
+    return tuple(lines)
+
+
+def _snapshot_without_oom(trace: Trace) -> bool:
+    snapshots = trace.events(EventKind.SNAPSHOT)
+    imported = trace.header.mode == "import"
+    return imported and bool(snapshots) and not trace.oom_events()
 
 
 def loss_warnings(run: Run) -> list[str]:

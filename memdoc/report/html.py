@@ -43,7 +43,7 @@ def render_data(data: ReportData) -> str:
             figures[fig_id] = figure
     body = [
         sections.what_happened(data),
-        sections.findings(data.findings),
+        sections.findings(data.findings, data.none_found),
         sections.ledger(data.ledgers, "fig-ledger" in figures),
         sections.timeline(data.timeline, "fig-timeline" in figures),
         sections.steps(data.steps, "fig-steps" in figures),

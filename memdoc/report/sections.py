@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterable, Sequence
 
 from memdoc.report.allocations import Allocations
-from memdoc.report.data import OomView, RankRow, ReportData
+from memdoc.report.data import NO_PROBLEM, OomView, RankRow, ReportData
 from memdoc.report.figures import TERM_COLORS
 from memdoc.report.overview import Overview
 from memdoc.report.timeline import StepTable, Timeline
@@ -139,10 +139,13 @@ def _collector_notes(ov: Overview) -> str:
 # -- findings -----------------------------------------------------------------------------
 
 
-def findings(found: Sequence[Finding]) -> str:
+def findings(found: Sequence[Finding], none_found: Sequence[str] = (NO_PROBLEM,)) -> str:
     lead = "Best-supported causes first. Each names the numbers it rests on and what to change."
     if not found:
-        body = '<p class="none">No memory problem found in this run.</p>'
+        verdict, *more = none_found
+        body = f'<p class="none">{esc(verdict)}</p>'
+        if more:
+            body += "<pre>" + esc("\n".join(more)) + "</pre>"
         return _section("why", "Why, and what to change", body)
     return _section("why", "Why, and what to change", "".join(map(_finding, found)), lead)
 

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from memdoc.report.allocations import Allocations
-from memdoc.report.data import RankRow, ReportData
+from memdoc.report.data import NO_PROBLEM, RankRow, ReportData
 from memdoc.report.overview import Overview
 from memdoc.report.timeline import StepTable
 from memdoc.rules.base import Finding, Fix
@@ -28,7 +28,7 @@ SPARK_WIDTH = 20
 def render_terminal(data: ReportData, console: Console) -> None:
     """Print the report: what happened, findings, ledger, per step, allocations, ranks."""
     console.print(what_happened(data))
-    console.print(findings_view(data.findings))
+    console.print(findings_view(data.findings, data.none_found))
     for part in (
         ledger_view(data.ledgers),
         steps_view(data.steps),
@@ -135,9 +135,13 @@ def _gpu_table(ov: Overview) -> Table:
 # -- findings -----------------------------------------------------------------------------
 
 
-def findings_view(found: Sequence[Finding]) -> RenderableType:
+def findings_view(
+    found: Sequence[Finding], none_found: Sequence[str] = (NO_PROBLEM,)
+) -> RenderableType:
     if not found:
-        return Group(_heading("Why"), Text("No memory problem found in this run.", style="green"))
+        verdict, *more = none_found
+        style = "green" if verdict == NO_PROBLEM else "yellow"
+        return Group(_heading("Why"), Text(verdict, style=style), *(Text(line) for line in more))
     return Group(
         _heading("Why, and what to change"), *[_finding(i + 1, f) for i, f in enumerate(found)]
     )
