@@ -88,3 +88,53 @@ def _rss(data: Any) -> int | None:
     host = data.get("host") if hasattr(data, "get") else None
     value = host.get("rss_bytes") if isinstance(host, dict) else None
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class BatchSearch:
+    """A batch-size finder's search as the loop reported it: the sizes it tried in order,
+    those that ran out of memory, and the one that then trained."""
+
+    finder: str
+    tried: tuple[int, ...]
+    ran_out: tuple[int, ...]
+    trained: int | None
+
+
+def batch_search(trace: Trace) -> BatchSearch | None:
+    """The finder's search, when a finder reported its tries (`batch size N` marks). A try
+    ran out when a memory error came before the next try (or the finder's answer); the
+    size that trained is the finder's answer where it gave one, else the last try when no
+    error came after it and the run went on to steps or exited 0."""
+    marks = [
+        m
+        for m in trace.marks()
+        if isinstance(m.data.get("batch_size"), int) and m.data.get("finder")
+    ]
+    tries = [(m.t, int(m.data["batch_size"])) for m in marks if not m.data.get("chosen")]
+    chosen = [(m.t, int(m.data["batch_size"])) for m in marks if m.data.get("chosen")]
+    if not tries:
+        return None
+    oom_times = sorted(e.t for e in trace.oom_events())
+    ends = [t for t, _ in tries[1:]] + [chosen[0][0] if chosen else float("inf")]
+    ran_out = tuple(
+        size
+        for (t, size), end in zip(tries, ends, strict=True)
+        if any(t <= o < end for o in oom_times)
+    )
+    return BatchSearch(
+        finder=str(marks[0].data["finder"]),
+        tried=tuple(size for _, size in tries),
+        ran_out=ran_out,
+        trained=chosen[0][1] if chosen else _last_try_trained(trace, tries[-1], oom_times),
+    )
+
+
+def _last_try_trained(trace: Trace, last: tuple[float, int], oom_times: list[float]) -> int | None:
+    last_t, last_size = last
+    if any(o >= last_t for o in oom_times):
+        return None
+    went_on = any(e.t > last_t for e in trace.steps()) or (
+        trace.exit is not None and trace.exit.status == 0
+    )
+    return last_size if went_on else None

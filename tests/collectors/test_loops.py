@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from memdoc.trace.phases import batch_search
 from memdoc.trace.reader import Trace, load_trace
 from tests.conftest import run_memdoc
 
@@ -79,8 +80,10 @@ def test_every_caught_oom_is_recorded_with_the_batch_size_tried(tmp_path: Path) 
     # loop fails at 64 and 32 and goes on at 16: twelve errors, none merged with another.
     assert len(ooms) == 12
     assert all(e.data["where"] == "caught" and e.data["handled"] for e in ooms)
-    tried = [m.data["batch_size"] for m in trace.marks() if "batch_size" in m.data]
-    assert tried == [64, 57, 51, 45, 40, 36, 32, 28, 25, 22, 19]
+    search = batch_search(trace)
+    assert search is not None and search.finder == "accelerate"
+    assert search.tried == (64, 57, 51, 45, 40, 36, 32, 28, 25, 22, 19)
+    assert search.ran_out == search.tried[:-1] and search.trained == 19
     assert len(trace.steps()) == 5  # the training at 19
     assert trace.exit is not None and trace.exit.status == 0
 
@@ -89,8 +92,9 @@ def test_every_caught_oom_is_recorded_with_the_batch_size_tried(tmp_path: Path) 
 def test_lightning_loops_are_phases_and_its_finder_records_each_failure(tmp_path: Path) -> None:
     trace = _run(tmp_path, "lightning_fit.py")
 
-    sizes = [m.data["batch_size"] for m in trace.marks() if "batch_size" in m.data]
-    assert sizes[:3] == [8, 16, 32]  # power scaling until 32 fails
+    search = batch_search(trace)
+    assert search is not None  # power scaling until 32 fails, then back to 16
+    assert (search.tried, search.ran_out, search.trained) == ((8, 16, 32, 16), (32,), 16)
     [oom] = trace.oom_events()
     assert oom.data["where"] == "caught" and oom.data.get("batch_size") == 32
     phases = _phases(trace)

@@ -969,3 +969,15 @@ def test_outputs_kept_by_evaluation_with_gradients_off_are_not_blamed_on_autogra
     assert leak.summary.startswith("Each evaluation pass kept ")
     assert "not autograd graphs" in leak.summary
     assert "no_grad" not in " ".join(fix.code for fix in leak.fixes)
+
+
+def test_a_run_that_survived_a_batch_size_search_is_diagnosed_from_the_sizes_tried() -> None:
+    trace = load_trace(
+        RULE_FIXTURES / "activations-too-large" / "hit-accelerate-finder-ran-out.memdoc"
+    )
+
+    first = diagnose(trace)[0]
+
+    assert first.rule == "activations-too-large"
+    assert "ran out of memory at 2175, 2417, … and 4096 and trained at 1957" in first.summary
+    assert trace.exit is not None and trace.exit.status == 0

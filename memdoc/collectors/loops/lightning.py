@@ -50,7 +50,7 @@ def _attr(dotted: str) -> Any:
 
 
 def _patch_finder(finder: ModuleType) -> None:
-    hub.wrap(finder, "_scale_batch_size", hub.around(hub.SEARCH, SOURCE, grad_enabled=None))
+    hub.wrap(finder, "_scale_batch_size", _searching)
     hub.wrap(finder, "is_oom_error", _recording_oom)
     hub.wrap(finder, "_adjust_batch_size", hub.after(_trial_size))
 
@@ -64,6 +64,26 @@ def _recording_oom(is_oom_error: Any) -> Any:
         return answer
 
     return is_oom_error_recorded
+
+
+def _searching(scale: Any) -> Any:
+    """The finder's search as a phase, and its answer marked: the size the fit that
+    follows trains at."""
+    in_phase = hub.around(hub.SEARCH, SOURCE, grad_enabled=None)(scale)
+
+    def scale_batch_size(*args: Any, **kwargs: Any) -> Any:
+        size = in_phase(*args, **kwargs)
+        if hub.listening() and isinstance(size, int):
+            hub.mark(
+                f"batch size {size} chosen",
+                batch_size=size,
+                source=SOURCE,
+                finder=SOURCE,
+                chosen=True,
+            )
+        return size
+
+    return scale_batch_size
 
 
 def _trial_size(trainer: Any, batch_arg_name: str = "batch_size", *a: Any, **k: Any) -> None:

@@ -106,6 +106,15 @@ def _marked(function: Any) -> Any:
             hub.mark(
                 f"batch size {batch_size}", batch_size=batch_size, source=FINDER, finder=FINDER
             )
-        return function(batch_size, *args, **kwargs)
+        result = function(batch_size, *args, **kwargs)
+        if hub.listening() and isinstance(batch_size, int):
+            hub.mark(
+                f"batch size {batch_size} trained",
+                batch_size=batch_size,
+                source=FINDER,
+                finder=FINDER,
+                chosen=True,
+            )
+        return result
 
     return trying

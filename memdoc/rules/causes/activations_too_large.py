@@ -30,12 +30,14 @@ from memdoc.rules.serving import (
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
+    count_evidence,
     ratio_evidence,
     share_evidence,
     snippet,
 )
 from memdoc.rules.trend import fit_trend
 from memdoc.trace.model import OomInfo
+from memdoc.trace.phases import BatchSearch, batch_search
 from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes
 
@@ -150,6 +152,9 @@ job fails in the first steps, or on the first unusually long or large input.
 
     def check(self, trace: Trace) -> Finding | None:
         fail = failure(trace)
+        search = batch_search(trace) if not trace.is_text_only else None
+        if search is not None and search.ran_out and search.trained is not None:
+            return self._searched(trace, fail, search)
         if not trace.is_text_only:
             device = failed_device(trace, fail.oom if fail else None)
             curve = step_curve(trace, device if device is not None and device >= 0 else None)
@@ -164,6 +169,34 @@ job fails in the first steps, or on the first unusually long or large input.
         if kv_cache_short(fail):
             return self._kv_cache(trace, fail)
         return self._from_text(trace, fail)
+
+    def _searched(self, trace: Trace, fail: Failure | None, search: BatchSearch) -> Finding:
+        """A batch-size finder ran out at the larger sizes and trained at a smaller one: the
+        step's working set, which grows with the batch, is what did not fit."""
+        failed = sorted(set(search.ran_out))
+        smallest_failed = failed[0]
+        summary = (
+            f"The batch-size search ({search.finder}) ran out of memory at "
+            f"{_sizes(failed)} and trained at {search.trained}: a step's working set grows "
+            f"with the batch, and at {smallest_failed} it did not fit."
+        )
+        evidence = [
+            count_evidence("sizes tried", len(search.tried)),
+            count_evidence("sizes that ran out", len(failed)),
+            count_evidence("smallest size that ran out", smallest_failed),
+            count_evidence("size that trained", search.trained or 0),
+        ]
+        return self.finding(
+            trace,
+            Signals.of(LIKELY, several_sizes_ran_out=len(failed) >= 2),
+            summary,
+            evidence,
+            to_confirm=(
+                f"`memdoc headroom` between {search.trained} and {smallest_failed} finds the "
+                "largest size that fits with a margin"
+            ),
+            frameworks=frameworks(trace, fail.oom if fail else None),
+        )
 
     def _kv_cache(self, trace: Trace, fail: Failure) -> Finding:
         """vLLM's cache for the context asked for is the serving engine's working set."""
@@ -359,6 +392,14 @@ job fails in the first steps, or on the first unusually long or large input.
             to_confirm=TO_CONFIRM,
             frameworks=frameworks(trace, oom),
         )
+
+
+def _sizes(sizes: list[int]) -> str:
+    """ "64", "32 and 64", "22, 25, … and 64" for a long list."""
+    words = [str(n) for n in sizes]
+    if len(words) > 4:
+        words = [*words[:2], "…", words[-1]]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
 def _peak_until(trace: Trace, curve: Curve, t: float) -> float | None:
