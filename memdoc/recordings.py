@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -22,6 +23,9 @@ _PID_REUSE_SLACK_S = 1.0
 _MAX_ENTRY_BYTES = 64 * 1024
 _SUFFIX = ".json"
 _claim_lock = threading.Lock()
+# Entries this interpreter wrote and has not withdrawn, with the pid that wrote them (a
+# forked child inherits the set: it withdraws none of its parent's).
+_announced: dict[Path, int] = {}
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,7 @@ def register(
             with _claim_lock:
                 entry = _free_name(folder, recording.pid)
                 write_atomically(entry, _encode(recording))
+                _announced[entry] = os.getpid()
             return entry
         except (OSError, ValueError, MemdocError):
             continue
@@ -82,8 +87,18 @@ def register(
 def unregister(entry: Path | None) -> None:
     """Withdraw an entry `register` wrote (None: nothing was written). Never raises."""
     if entry is not None:
+        _announced.pop(entry, None)
         with contextlib.suppress(OSError):
             entry.unlink()
+
+
+@atexit.register
+def _withdraw_at_exit() -> None:
+    """A recording left open when the interpreter exits (a watch never exited, a fit whose
+    error the program caught) is no longer running: its entry goes with the process."""
+    for entry, pid in list(_announced.items()):
+        if pid == os.getpid():
+            unregister(entry)
 
 
 def live_recordings(directory: Path | None = None) -> list[Recording]:

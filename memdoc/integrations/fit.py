@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import io
 import os
 import sys
@@ -67,6 +68,9 @@ class FitRecording:
             self.summary = None
             self.diagnosis = None
         self._install_excepthook()
+        # A fit whose error the program caught, without telling the callback, is never
+        # closed by the framework: it is closed when the interpreter exits.
+        atexit.register(self.finish)
 
     def step(self, **data: Any) -> None:
         recording = self._watch
@@ -84,6 +88,7 @@ class FitRecording:
             recording, self._watch = self._watch, None
         if recording is None:
             return
+        atexit.unregister(self.finish)
         self._remove_excepthook()
         tb: TracebackType | None = exc.__traceback__ if exc is not None else None
         try:
@@ -146,6 +151,12 @@ class RecordsFit:
     def diagnosis(self) -> str | None:
         """What memdoc printed when an exception ended the fit."""
         return self.recording.diagnosis
+
+    @property
+    def summary(self) -> str | None:
+        """What memdoc said when the fit ended, well or not (with `quiet=True` too): the
+        diagnosis, or the quiet line; None before the fit ended."""
+        return self.recording.summary
 
     def finish(self, exc: BaseException | None = None) -> None:
         """Close the trace now, recording `exc` as what ended training."""

@@ -64,3 +64,25 @@ def test_lightning_callback_subclasses_the_package_the_program_imported(package:
     )
 
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_watch_left_open_at_exit_leaves_no_recording_announced(tmp_path: Path) -> None:
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
+    env.pop("XDG_RUNTIME_DIR", None)
+    env.pop("MEMDOC_AGENT", None)
+    code = (
+        "import memdoc, tempfile, pathlib\n"
+        "memdoc.watch('w.memdoc', quiet=True).__enter__()\n"
+        "folder = pathlib.Path(tempfile.gettempdir())\n"
+        "print(len(list(folder.rglob('*.json'))))\n"
+    )
+
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, timeout=60
+    )
+
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert done.stdout == b"1\n"  # announced while it ran
+    assert list(temp.rglob("*.json")) == []

@@ -17,11 +17,13 @@ PROGRAMS = Path(__file__).resolve().parent / "programs"
 PROGRAM = PROGRAMS / "transformers_loop.py"
 
 
-def _train(tmp_path: Path, mode: str) -> subprocess.CompletedProcess[str]:
+def _train(
+    tmp_path: Path, mode: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(PROGRAM), str(tmp_path / "t.memdoc"), mode, str(tmp_path / "r.json")],
         cwd=tmp_path,
-        env=dict(os.environ),
+        env=env or dict(os.environ),
         capture_output=True,
         text=True,
         timeout=600,
@@ -38,6 +40,33 @@ def test_trainer_callback_records_steps_epochs_and_evaluation(tmp_path: Path) ->
     assert [e.data["global_step"] for e in steps] == [1, 2, 3, 4, 5, 6]
     labels = [e.data["label"] for e in trace.marks()]
     assert labels == ["epoch 0", "eval", "train", "epoch 1", "eval", "train"]
+
+
+@pytest.mark.slow
+def test_callback_summary_holds_what_memdoc_said_at_the_end_of_the_fit(tmp_path: Path) -> None:
+    done = _train(tmp_path, "fit")
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    outcome = json.loads((tmp_path / "r.json").read_text())
+    assert outcome["summary"].startswith("memdoc: ") and "t.memdoc" in outcome["summary"]
+    assert outcome["summary"] in done.stderr
+
+
+@pytest.mark.slow
+def test_an_oom_the_program_catches_leaves_no_recording_announced_after_it_ended(
+    tmp_path: Path,
+) -> None:
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
+    env.pop("XDG_RUNTIME_DIR", None)
+
+    done = _train(tmp_path, "caught", env)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((tmp_path / "r.json").read_text())["global_step"] == 2
+    assert list(temp.rglob("*.json")) == []
+    assert load_run([tmp_path / "t.memdoc"]).primary.complete  # closed at exit
 
 
 @pytest.mark.slow
