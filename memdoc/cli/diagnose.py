@@ -12,7 +12,6 @@ from memdoc.cli.common import (
     failing_in_one_line,
     findings_exit_code,
 )
-from memdoc.cli.folders import traces_of_one_run
 
 if TYPE_CHECKING:
     from memdoc.trace.reader import Run, Trace
@@ -40,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     # Imported here: every `memdoc` command builds the parser, few need the report.
     from memdoc.cli.common import print_unpadded
+    from memdoc.cli.folders import traces_of_one_run
     from memdoc.report.data import ReportData
     from memdoc.report.inputs import load_inputs
     from memdoc.report.terminal import render_terminal

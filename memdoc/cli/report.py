@@ -6,7 +6,6 @@ import argparse
 from pathlib import Path
 
 from memdoc.cli.common import check_output_path
-from memdoc.cli.folders import traces_of_one_run
 from memdoc.errors import MemdocError
 from memdoc.printable import printable
 
@@ -39,6 +38,9 @@ def default_output(trace: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here: every `memdoc` command builds this module's parser.
+    from memdoc.cli.folders import traces_of_one_run
+
     output = Path(args.output) if args.output else default_output(args.traces[0])
     traces = traces_of_one_run(args.traces)
     if any(_same_file(output, Path(t)) for t in traces):
