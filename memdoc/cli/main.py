@@ -88,6 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> None:
+    from memdoc.cli.streams import degrade_standard_streams
+
+    degrade_standard_streams()
     status = main()
     signum = getattr(status, "signal", None)
     if signum is not None:
