@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
 from memdoc import recordings
+from memdoc.printable import printable
 from memdoc.session import DEFAULT_INTERVAL_S, Session
 
 P = ParamSpec("P")
@@ -231,6 +232,8 @@ class watch:
             else ExitInfo(t=time.time(), reason=RAISED_OUT_OF_WATCH)
         )
         self._writer.close(end)
+        if self._writer.error:  # a full disk: the trace stopped, the block ran on
+            print(printable(f"memdoc: warning: {self._writer.error}"), file=sys.stderr)
         if not self.quiet:
             _print_summary(self.path)
 

@@ -160,3 +160,42 @@ def test_an_unwritable_output_folder_is_refused_by_report_and_import(
     assert said.returncode == 2
     assert said.stderr.decode().startswith("memdoc: error: ") and b"not writable" in said.stderr
     assert os.listdir(read_only_disk) == []
+
+
+WATCH_PROGRAM = (
+    "import sys, time\n"
+    "import memdoc\n"
+    "with memdoc.watch(sys.argv[1], interval=0.01, quiet=True):\n"
+    "    for i in range(300):\n"
+    "        memdoc.step(i=i)\n"
+    "        time.sleep(0.005)\n"
+    "print('done')\n"
+)
+
+
+@pytest.mark.parametrize(
+    "leave_bytes",
+    [pytest.param(8192, id="fills-up-while-running"), pytest.param(0, id="full-from-the-start")],
+)
+def test_a_watch_on_a_full_disk_says_so_once_and_the_block_runs_on(
+    tmp_path: Path, tiny_disk: Path, leave_bytes: int
+) -> None:
+    (tmp_path / "prog.py").write_text(WATCH_PROGRAM)
+    _fill(tiny_disk, leave_bytes)
+    env = dict(os.environ)
+    env.pop("MEMDOC_AGENT", None)
+
+    done = subprocess.run(
+        [sys.executable, "prog.py", str(tiny_disk / "w.memdoc")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
+
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert done.stdout == b"done\n"
+    warnings = [line for line in done.stderr.decode().splitlines() if "No space left" in line]
+    assert len(warnings) == 1, done.stderr.decode()
+    assert warnings[0].startswith("memdoc: warning: ") and "w.memdoc" in warnings[0]
+    assert b"Traceback" not in done.stderr
