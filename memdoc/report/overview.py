@@ -63,6 +63,23 @@ class Overview:
     host_limit_name: str = ""
 
 
+# Fewer steps than this and growth across steps cannot be judged (the leak rule's minimum).
+STEPS_TO_JUDGE = 5
+
+
+def steps_words(overview: Overview) -> str:
+    """The step count, and whether it was enough to judge growth across steps: "128",
+    "3 (too few to judge growth across steps)", "none reported (...)" for a recorded run
+    whose loop reported none; for what memdoc did not record itself (an imported file, an
+    error text) the count alone, when there is one."""
+    if overview.mode not in ("run", "watch"):
+        return str(overview.steps) if overview.steps else ""
+    if overview.steps >= STEPS_TO_JUDGE:
+        return str(overview.steps)
+    count = str(overview.steps) if overview.steps else "none reported"
+    return f"{count} (too few to judge growth across steps)"
+
+
 def ending_of(trace: Trace) -> Ending:
     """The run's end in words: an OOM or a kill first, then the exit status. A run that
     exited 0 survived every OOM it recorded: the program caught them."""

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from memdoc.report.allocations import Allocations
 from memdoc.report.data import NO_PROBLEM, OomView, RankRow, ReportData
 from memdoc.report.figures import TERM_COLORS
-from memdoc.report.overview import Overview
+from memdoc.report.overview import Overview, steps_words
 from memdoc.report.timeline import StepTable, Timeline
 from memdoc.rules.base import Finding, Fix
 from memdoc.rules.confidence import confidence_word
@@ -98,7 +98,7 @@ def _facts(ov: Overview) -> str:
         ("Duration", esc(format_duration(ov.duration_s)) if ov.duration_s else None),
         ("Frameworks", esc(frameworks) if frameworks else "none seen"),
         ("Python", esc(ov.python) if ov.python else None),
-        ("Steps", str(ov.steps) if ov.steps else None),
+        ("Steps", steps_words(ov) or None),
         ("Host peak RSS", esc(host_peak) if host_peak else None),
         ("Memory settings", esc(" ".join(f"{k}={v}" for k, v in ov.env)) if ov.env else None),
         ("Trace", f"<code>{esc(ov.trace_path)}</code>" if ov.trace_path else None),

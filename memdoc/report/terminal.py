@@ -13,7 +13,7 @@ from rich.text import Text
 
 from memdoc.report.allocations import Allocations
 from memdoc.report.data import NO_PROBLEM, RankRow, ReportData
-from memdoc.report.overview import Overview
+from memdoc.report.overview import Overview, steps_words
 from memdoc.report.timeline import StepTable
 from memdoc.rules.base import Finding, Fix
 from memdoc.rules.confidence import confidence_word
@@ -94,7 +94,7 @@ def _facts(ov: Overview) -> list[tuple[str, str]]:
         ("rank", f"{ov.rank} of {ov.world_size}" if ov.rank is not None else ""),
         ("duration", format_duration(ov.duration_s) if ov.duration_s else ""),
         ("frameworks", frameworks or "none seen"),
-        ("steps", str(ov.steps) if ov.steps else ""),
+        ("steps", steps_words(ov)),
         ("host peak RSS", _host_peak(ov)),
         ("trace", ov.trace_path or ""),
     ]

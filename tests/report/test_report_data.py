@@ -275,3 +275,28 @@ def test_an_oom_caught_and_then_let_out_is_not_called_survived(
     view = oom_view(trace)
 
     assert view is not None and view.handled is survived
+
+
+@pytest.mark.parametrize(
+    ("mode", "steps", "said"),
+    [
+        ("run", 128, "128"),
+        ("run", 3, "3 (too few to judge growth across steps)"),
+        ("watch", 0, "none reported (too few to judge growth across steps)"),
+        ("import", 0, ""),
+        ("text", 0, ""),
+    ],
+)
+def test_a_recording_says_when_its_steps_were_too_few_to_judge_growth(
+    mode: str, steps: int, said: str
+) -> None:
+    import dataclasses
+
+    from memdoc.report.overview import build_overview, steps_words
+
+    trace = Trace(
+        Header(version=SCHEMA_VERSION, created_unix=T0, memdoc_version="0", mode=mode, pid=PID)
+    )
+    overview = dataclasses.replace(build_overview(trace), steps=steps)
+
+    assert steps_words(overview) == said
