@@ -117,6 +117,7 @@ def program_command(args: argparse.Namespace) -> tuple[list[str], list[str]]:
             raise MemdocError("-m needs a module name", hint="memdoc run -m pkg.train [args...]")
         given: list[str] = [*args.module, *rest]
         module, rest = given[0], given[1:]
+        check_module(module)
         return [sys.executable, "-m", module, *rest], ["-m", module, *rest]
     if rest and rest[0] == "--":
         rest = rest[1:]
@@ -140,6 +141,51 @@ def program_command(args: argparse.Namespace) -> tuple[list[str], list[str]]:
             f"{script}: no such file", hint="for a command, put it after --: memdoc run -- cmd"
         )
     return [sys.executable, *rest], rest
+
+
+def check_module(module: str) -> None:
+    """Refuse, before anything starts or is written, a module that `python -m` would not
+    find here. Nothing is imported: only the finders are asked. Where they cannot tell, the
+    program runs and says so itself.
+
+    Raises:
+        MemdocError: no module of that name, or a package without `__main__`.
+    """
+    try:
+        problem = _module_problem(module)
+    except Exception:
+        return
+    if problem is not None:
+        raise MemdocError(
+            problem, hint="python -m would fail the same way: check the name and the folder"
+        )
+
+
+def _module_problem(module: str) -> str | None:
+    import importlib.machinery
+    import importlib.util
+
+    top, *rest = module.split(".")
+    sys.path.insert(0, os.getcwd())  # where `python -m` looks first
+    try:
+        spec = importlib.util.find_spec(top)
+    finally:
+        del sys.path[0]
+    name = top
+    for part in rest:
+        if spec is None or spec.submodule_search_locations is None:
+            return f"no module named {printable(module)}"
+        name = f"{name}.{part}"
+        spec = importlib.machinery.PathFinder.find_spec(name, list(spec.submodule_search_locations))
+    if spec is None:
+        return f"no module named {printable(module)}"
+    if spec.submodule_search_locations is not None:
+        main = importlib.machinery.PathFinder.find_spec(
+            f"{name}.__main__", list(spec.submodule_search_locations)
+        )
+        if main is None:
+            return f"{printable(module)} is a package without __main__ (python -m cannot run it)"
+    return None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -138,3 +138,44 @@ def test_live_without_a_terminal_is_refused_before_the_program_starts(tmp_path: 
     assert "the dashboard needs a terminal" in stderr and "Traceback" not in stderr
     assert b"hello from the program" not in done.stdout
     assert not (tmp_path / "t.memdoc").exists()
+
+
+@pytest.mark.parametrize(
+    ("module", "says"),
+    [
+        pytest.param("no_such_module", "no module named no_such_module", id="missing"),
+        pytest.param("pkg.no_such", "no module named pkg.no_such", id="missing-submodule"),
+        pytest.param("pkg", "pkg is a package without __main__", id="package-without-main"),
+        pytest.param("pkg.plain.deeper", "no module named pkg.plain.deeper", id="not-a-package"),
+    ],
+)
+def test_a_module_that_python_cannot_run_is_refused_and_leaves_no_trace(
+    tmp_path: Path, module: str, says: str
+) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("open('imported', 'w').close()\n")
+    (tmp_path / "pkg" / "plain.py").write_text(HELLO)
+    before = sorted(tmp_path.rglob("*"))
+
+    done = run_memdoc("run", "-m", module, cwd=tmp_path, timeout=60)
+
+    stderr = done.stderr.decode()
+    assert done.returncode == 2, stderr
+    assert stderr.startswith(f"memdoc: error: {says}"), stderr
+    assert "Traceback" not in stderr
+    assert sorted(tmp_path.rglob("*")) == before  # no trace, and pkg was never imported
+
+
+def test_a_module_found_in_the_current_folder_runs(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "__main__.py").write_text(HELLO)
+    (tmp_path / "tool.py").write_text(HELLO)
+
+    for module in ("pkg", "tool", "json.tool"):
+        args = ("--help",) if module == "json.tool" else ()
+        done = run_memdoc(
+            "run", "-q", "--force", "-o", "t.memdoc", "-m", module, *args, cwd=tmp_path
+        )
+        assert done.returncode == 0, done.stderr.decode()
+        assert done.stdout, module
