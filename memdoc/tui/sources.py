@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from memdoc.errors import MemdocError
-from memdoc.trace import Trace
+from memdoc.trace import Header, Trace
 from memdoc.trace.tail import TraceTail
 from memdoc.tui.under_memdoc import LiveRecording
 
@@ -20,6 +21,11 @@ SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 KIND_FOLLOW = "follow"
 KIND_REPLAY = "replay"
 KIND_SYSTEM = "system"
+# A trace not closed, with nothing new for this long and whose writer is gone, has ended:
+# a writer flushes at least every 0.5 s while it lives.
+ABANDONED_AFTER_S = 10.0
+# A process created this long after the trace is another one that got the writer's pid.
+_PID_REUSE_SLACK_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,7 @@ class SourceState:
     now_t: float
     paused: bool = False
     live: bool = False  # more data may still arrive
+    ended: bool = False  # not closed, but its writer is gone: nothing more will arrive
     behind: bool = False  # the source has more to read right now: poll again soon
     speed: float | None = None
     end_t: float | None = None
@@ -102,7 +109,8 @@ class TraceFollowSource:
         latest = trace.duration_s
         if self._paused and self._paused_at is None:
             self._paused_at = latest
-        live = not trace.complete and self._error is None
+        ended = not trace.complete and abandoned(trace, time.time())
+        live = not trace.complete and self._error is None and not ended
         return SourceState(
             kind=self.kind,
             label=self.label,
@@ -110,6 +118,7 @@ class TraceFollowSource:
             now_t=self._paused_at if self._paused_at is not None else latest,
             paused=self._paused_at is not None,
             live=live,
+            ended=ended,
             behind=not self._tail.caught_up,
             error=self._error,
             damaged_lines=self._tail.damaged_lines,
@@ -124,6 +133,28 @@ class TraceFollowSource:
 
     def close(self) -> None:
         pass
+
+
+def abandoned(trace: Trace, now_unix: float) -> bool:
+    """True when nothing was added for ABANDONED_AFTER_S and the process that wrote the
+    trace, on this machine, is gone. A writer on another machine cannot be checked: its
+    trace stays live (the dashboard says how long it has been silent)."""
+    silent_s = now_unix - (trace.header.created_unix + trace.last_t)
+    return silent_s > ABANDONED_AFTER_S and _writer_gone(trace.header)
+
+
+def _writer_gone(header: Header) -> bool:
+    if header.pid is None or (header.host and header.host != socket.gethostname()):
+        return False
+    import psutil
+
+    try:
+        started = float(psutil.Process(header.pid).create_time())
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:
+        return False  # cannot tell: better live than wrongly ended
+    return started > header.created_unix + _PID_REUSE_SLACK_S
 
 
 class ReplaySource:

@@ -89,6 +89,7 @@ class StatusView:
     end_t: float | None = None
     paused: bool = False
     live: bool = False
+    ended: bool = False  # not closed, but its writer is gone (see SourceState.ended)
     speed: float | None = None
     step: int | None = None
     phase: str | None = None
@@ -158,7 +159,8 @@ def build_view(
         oom=_oom(events, now, survived=_exited_zero_by(trace, now)),
         warnings=tuple(trace.warnings),
         recordings=None if live is None else recording_rows(live, wall_now),
-        forecast=forecast_in_force(trace, now),
+        # A forecast counts from the instant it was made: not for a run that is over.
+        forecast=None if state.ended else forecast_in_force(trace, now),
     )
 
 
@@ -292,7 +294,8 @@ def _status(
         )
     now = state.now_t
     mark = events.mark_at(now)
-    age = wall_now - (trace.header.created_unix + trace.last_t) if state.live else None
+    silent = state.live or state.ended
+    age = wall_now - (trace.header.created_unix + trace.last_t) if silent else None
     return StatusView(
         kind=state.kind,
         label=state.label,
@@ -301,6 +304,7 @@ def _status(
         end_t=state.end_t,
         paused=state.paused,
         live=state.live,
+        ended=state.ended,
         speed=state.speed,
         step=events.step_at(now),
         phase=str(mark.data.get("label")) if mark is not None else None,

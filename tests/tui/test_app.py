@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import shutil
+import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -353,3 +355,74 @@ async def test_an_oom_banner_in_a_small_terminal_leaves_no_scrollbar_glyphs(
         # THEN the screen still fits: no scrollbar, whose thumb draws block glyphs at the edge
         assert app.screen.scrollbars_enabled == (False, False)
         assert app.banner.region.height >= 3
+
+
+def _abandoned_trace(path: Path, *, writer_pid: int, silent_s: float) -> Path:
+    """A leaking run whose OOM was forecast, whose last record is `silent_s` old, and which
+    was never closed: its writer `writer_pid` died, or is still there."""
+    import itertools
+
+    from memdoc.forecast.live import ForecastingSink
+    from memdoc.trace.model import Event, EventKind, Metric
+
+    mib, start = 1 << 20, time.time() - silent_s - 60.0
+    header = Header(
+        version=SCHEMA_VERSION,
+        created_unix=start,
+        memdoc_version="t",
+        host=socket.gethostname(),
+        pid=writer_pid,
+    )
+    writer = TraceWriter(path, header)
+    ticks = itertools.count(0, 2.0)
+    sink = ForecastingSink(writer, start_unix=start, clock=lambda: float(next(ticks)))
+    vms = SeriesKey(Metric.HOST_VMS, pid=writer_pid)
+    cap = SeriesKey(Metric.HOST_RLIMIT_AS, pid=writer_pid)
+    for step in range(1, 61):
+        t = start + step
+        sink.samples(t - 0.5, {vms: 300 * mib + 5 * mib * step, cap: 4000 * mib})
+        sink.event(Event(t=t, kind=EventKind.STEP, pid=writer_pid, data={"step": step}))
+    writer.close()  # no end record: as a killed writer leaves it
+    assert load_trace(path).events("forecast")
+    return path
+
+
+def _dead_pid() -> int:
+    done = subprocess.Popen(["true"])
+    done.wait()
+    return done.pid
+
+
+@drive
+async def test_a_trace_whose_writer_died_long_ago_is_shown_ended_with_no_forecast(
+    tmp_path: Path,
+) -> None:
+    path = _abandoned_trace(tmp_path / "run.memdoc", writer_pid=_dead_pid(), silent_s=31 * 60)
+
+    app = make_app(TraceFollowSource(path), rules=no_rules)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.view is not None)
+        status = shown(app).status
+        assert not status.live
+        time_line = app.header.lines(98)[1].plain
+        assert "ended" in time_line and "live" not in time_line
+        assert shown(app).forecast is None
+        assert not app.forecast.has_class("-visible")
+
+
+@drive
+async def test_a_silent_trace_whose_writer_still_runs_stays_live(tmp_path: Path) -> None:
+    import psutil
+
+    # A writer that started before its trace: the oldest process there is.
+    age_s = time.time() - psutil.Process(1).create_time()
+    silent_s = min(31 * 60, age_s - 80)
+    if silent_s < 20:
+        pytest.skip("no process here is old enough to have written the trace")
+    path = _abandoned_trace(tmp_path / "run.memdoc", writer_pid=1, silent_s=silent_s)
+
+    app = make_app(TraceFollowSource(path), rules=no_rules)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.view is not None)
+        assert shown(app).status.live
+        assert "no new data for" in app.header.lines(98)[1].plain

@@ -20,6 +20,8 @@ def mode_text(status: StatusView) -> Text:
         return Text.assemble((f"{state} {status.speed or 1:g}x", "bold"))
     if status.paused:
         return Text.assemble(("‖ paused", "bold"))
+    if status.kind == KIND_FOLLOW and status.ended:
+        return Text.assemble(("■ ended, not closed: its writer is gone", "bold"))
     if status.kind == KIND_FOLLOW and not status.live:
         return Text.assemble(("■ finished", "bold"))
     return Text.assemble(("● live", "bold #3fb950"))
@@ -47,7 +49,9 @@ def time_line(status: StatusView) -> Text:
     if status.phase:
         text.append(f"  phase {status.phase}")
     if status.age_s is not None and status.age_s > STALE_AFTER_S:
-        text.append(f"  no new data for {format_trace_time(status.age_s)}", style=WARNING)
+        said = "last data" if status.ended else "no new data for"
+        age = format_trace_time(status.age_s)
+        text.append(f"  {said} {age}{' ago' if status.ended else ''}", style=WARNING)
     if status.damaged_lines:
         text.append(f"  {status.damaged_lines} damaged line(s) skipped", style=WARNING)
     return text
