@@ -13,6 +13,7 @@ from memdoc.rules.facts import (
     library_name,
     starved_library,
 )
+from memdoc.rules.host import gpu_recorded
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
@@ -196,6 +197,8 @@ def _preallocated(trace: Trace) -> tuple[str, float, list[Evidence]] | None:
                         share_evidence("share of the device", early / total),
                     ]
                     return framework, early / total, evidence
+    if not gpu_recorded(trace):
+        return None  # preallocation is of a GPU: on the host neither framework does it
     for event in trace.events(EventKind.ALLOCATOR_CONFIG):
         framework = str(event.data.get("framework", ""))
         if framework in PREALLOCATING and (
