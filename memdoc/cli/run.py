@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from memdoc.cli.common import ExitStatus, check_output_path, seconds, seconds_or_zero, warn
 from memdoc.cli.serve import METRICS_GRACE_S, serving_metrics
 from memdoc.errors import MemdocError
+from memdoc.files import output_folder
 from memdoc.metrics.identity import job_identity
 from memdoc.printable import printable
 
@@ -254,12 +255,8 @@ def _output_path(output: str | None, name_in_folder: str) -> Path:
     if output is None:
         return Path(f"memdoc-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.memdoc")
     if output.endswith(("/", os.sep)) or Path(output).is_dir():
-        folder = Path(output)
-        try:
-            folder.mkdir(parents=True, exist_ok=True)  # every node may create it at once
-        except OSError as exc:
-            raise MemdocError(f"cannot create folder {folder} ({exc.strerror or exc})") from None
-        return folder / name_in_folder
+        # Every node may create it at once; the same checks as `headroom --keep`.
+        return output_folder(Path(output)) / name_in_folder
     return Path(output)
 
 

@@ -179,3 +179,17 @@ def test_a_module_found_in_the_current_folder_runs(tmp_path: Path) -> None:
         )
         assert done.returncode == 0, done.stderr.decode()
         assert done.stdout, module
+
+
+def test_an_output_folder_that_is_a_file_is_one_line_as_for_headroom_keep(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "train.py").write_text("print('ran')\n")
+    (tmp_path / "runs").write_text("a file, not a folder")
+
+    done = run_memdoc("run", "-q", "-o", "runs/", "train.py", cwd=tmp_path)
+
+    err = done.stderr.decode()
+    assert done.returncode == 2
+    assert err.strip() == "memdoc: error: cannot write in runs: it is a file, not a folder"
+    assert b"ran" not in done.stdout  # nothing runs when its output has nowhere to go
