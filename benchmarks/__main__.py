@@ -13,6 +13,7 @@ import time
 import traceback
 from pathlib import Path
 
+from benchmarks.agent_cost import agent_cost_group
 from benchmarks.analysis import analysis_group
 from benchmarks.dashboard import dashboard_group
 from benchmarks.harness import BENCHMARKS_DIR, Context, Figure, Group, unavailable
@@ -31,6 +32,7 @@ GROUPS: dict[str, Group] = {
     "analysis": analysis_group,
     "dashboard": dashboard_group,
     "scrape": scrape_group,
+    "agent-cost": agent_cost_group,
     "overhead": overhead_group,
     "parent-rss": parent_rss_group,
 }
