@@ -22,15 +22,42 @@ SOCKET_NAME = "agent.sock"
 _NAME = re.compile(re.escape(PREFIX) + r"(\d+)-")
 
 
+# The longest path a Unix socket can be bound to (sun_path holds 108 bytes with its NUL).
+MAX_SOCKET_PATH = 107
+# Where the run folder goes when the temporary folder's path is too long for the socket
+# (a job's own TMPDIR deep in a scratch file system).
+SHORT_ROOT = Path("/tmp")
+
+
 def create_run_dir() -> Path:
-    """A new private folder for this parent, named after its PID."""
-    return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
+    """A new private folder for this parent, named after its PID: in the temporary folder,
+    or in SHORT_ROOT where the socket's path would be too long there."""
+    folder = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
+    if len(os.fsencode(folder / SOCKET_NAME)) <= MAX_SOCKET_PATH or not SHORT_ROOT.is_dir():
+        return folder
+    with contextlib.suppress(OSError):
+        folder.rmdir()
+    return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=SHORT_ROOT))
 
 
 def remove_stale_run_dirs(root: Path | None = None) -> list[Path]:
     """Remove the run folders of this user whose parent is dead; never someone else's, never
     a live run's. Returns what was removed. Never raises: tidying up must not stop a run."""
-    folder = Path(root if root is not None else tempfile.gettempdir())
+    if root is not None:
+        return _remove_stale_in(root)
+    removed = _remove_stale_in(Path(tempfile.gettempdir()))
+    if _socket_path_too_long(Path(tempfile.gettempdir())):
+        removed += _remove_stale_in(SHORT_ROOT)
+    return removed
+
+
+def _socket_path_too_long(root: Path) -> bool:
+    """Whether a run folder's socket in `root` could be too long (its PID as long as any)."""
+    longest = root / f"{PREFIX}{'9' * 7}-{'x' * 8}" / SOCKET_NAME
+    return len(os.fsencode(longest)) > MAX_SOCKET_PATH
+
+
+def _remove_stale_in(folder: Path) -> list[Path]:
     removed: list[Path] = []
     try:
         entries = list(os.scandir(folder))
