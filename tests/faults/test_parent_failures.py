@@ -6,10 +6,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,11 +72,19 @@ def _started(cmd: list[str], **kwargs: object) -> Iterator[subprocess.Popen[byte
 SLEEPER = "import time\nwhile True:\n    time.sleep(0.05)\n"
 
 
+@pytest.fixture
+def short_tmpdir() -> Iterator[Path]:
+    """A private temporary folder with a short path, so that the run folders made in it
+    hold their socket there (pytest-xdist's worker folders are too deep for one)."""
+    folder = Path(tempfile.mkdtemp(prefix="memdoc-test-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def test_a_killed_runs_folder_is_removed_at_the_next_start_and_a_live_runs_is_kept(
-    tmp_path: Path,
+    tmp_path: Path, short_tmpdir: Path
 ) -> None:
-    tmpdir = tmp_path / "tmp"
-    tmpdir.mkdir()
+    tmpdir = short_tmpdir
     (tmp_path / "sleeper.py").write_text(SLEEPER)
     (tmp_path / "quick.py").write_text("print('done')\n")
     env = _env(tmpdir)
