@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from types import TracebackType
 from typing import Any
@@ -66,12 +66,17 @@ class Session:
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    def start(self) -> Session:
+    def start(self, *, thread: bool = True) -> Session:
+        """Start the collectors and, unless `thread` is False, the sampler thread. Without
+        it, the session samples once now, then at the program's steps (at most every half
+        interval) and when it stops."""
         for collector in self._pending:
             self.add_collector(collector)
         self._pending.clear()
-        self._thread = threading.Thread(target=self._loop, name="memdoc-sampler", daemon=True)
-        self._thread.start()
+        if thread:
+            self._thread = own_thread(self._loop, "memdoc-sampler")
+        else:
+            self.tick()
         return self
 
     def stop(self) -> None:
@@ -250,6 +255,23 @@ class Session:
                 return False
             self._recorded_ooms = [*self._recorded_ooms[-7:], key]
         return True
+
+
+# memdoc's threads run short Python loops: a small stack instead of glibc's default 8 MiB
+# keeps them out of the address space a capped program counts.
+OWN_THREAD_STACK_BYTES = 512 * 1024
+
+
+def own_thread(target: Callable[[], None], name: str) -> threading.Thread:
+    """Start a daemon thread of memdoc's with a small stack; threads the program starts,
+    before or after, keep the stack size they had."""
+    previous = threading.stack_size(OWN_THREAD_STACK_BYTES)
+    try:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+    finally:
+        threading.stack_size(previous)
+    return thread
 
 
 # The attribute a recorded exception carries: (pid, session id) of each session that has it.

@@ -8,6 +8,7 @@ import itertools
 import os
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -118,6 +119,7 @@ class LazyFrameworkCollector:
         self._session: SessionHandle | None = None
         self._real: FrameworkCollector | None = None
         self._given_up = False
+        self._activating = threading.Lock()
 
     def probe(self) -> CollectorStatus:
         return CollectorStatus(
@@ -128,7 +130,12 @@ class LazyFrameworkCollector:
 
     def start(self, session: SessionHandle) -> None:
         self._session = session
-        self._activate_if_imported()
+        if not self._activate_if_imported():
+            # Also at the import itself, not only at the next sample: a session without a
+            # sampler thread samples at steps, which the framework's hooks report.
+            from memdoc.collectors.loops.imports import when_imported
+
+            when_imported(self.module, self._on_import)
 
     def sample(self, unix_t: float) -> Values:
         if self._real is None and (self._given_up or not self._activate_if_imported()):
@@ -155,10 +162,24 @@ class LazyFrameworkCollector:
         if self._real is not None:
             self._real.on_mark(label, data)
 
+    def _on_import(self, module: object) -> None:
+        """The module's code has run (the import statement is returning): start now."""
+        if self._session is not None and not self._given_up:
+            self._activate(self._session)
+
     def _activate_if_imported(self) -> bool:
         session = self._session
         if session is None or imported_module(self.module) is None:
             return False
+        return self._activate(session)
+
+    def _activate(self, session: SessionHandle) -> bool:
+        with self._activating:  # the import and the sampler thread may both get here
+            if self._real is not None:
+                return True
+            return self._start_real(session)
+
+    def _start_real(self, session: SessionHandle) -> bool:
         try:
             real = self._factory()
             status = real.probe()

@@ -34,6 +34,11 @@ class StepLimitedSession(Session):
 
     stop_after_steps: int | None = None
 
+    def tick(self) -> None:
+        super().tick()
+        if isinstance(self.sink, AgentChannel):
+            self.sink.pump()  # what the program queued since the last send goes out now
+
     def step(self, source: str = "user", **data: Any) -> int:
         number = super().step(source, **data)
         if self.stop_after_steps is not None and number >= self.stop_after_steps:
@@ -85,12 +90,26 @@ def _start() -> None:
             local_rank=_ranks()[1],
         )
     )
-    session.start()
+    session.start(thread=not address_space_capped())
     push_session(session)
     if not _state:  # hooks are installed once per interpreter, sessions replaced after fork
         _install_hooks()
     _state["session"] = session
     _state["channel"] = channel
+
+
+def address_space_capped() -> bool:
+    """True when this process runs under an address-space cap (RLIMIT_AS). The agent then
+    starts no thread: in glibc a thread's first allocation usually reserves a malloc arena
+    of 64 MiB of address space, which the program would lose under its cap. It samples at
+    the program's steps instead, and when the program ends."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    except (ImportError, OSError, ValueError):
+        return False
+    return soft != resource.RLIM_INFINITY
 
 
 class LaunchRankWatcher:

@@ -44,13 +44,19 @@ def _dumps(message: Mapping[str, Any]) -> bytes:
 
 
 class AgentChannel:
-    """The agent's end: a Sink that queues messages and sends them from a background thread,
-    so the program never waits on memdoc.
+    """The agent's end: a Sink that queues messages and sends, from whichever thread calls
+    it, what the socket takes at once, so the program never waits on memdoc.
+
+    It has no thread of its own: in glibc every thread a process starts reserves its stack
+    and, usually, a malloc arena of 64 MiB of address space, which a program under an
+    address-space cap would lose. Ordinary messages go out with the first message queued
+    `SEND_INTERVAL_S` after the last send, or at the next `pump()` (the agent's sampler, or
+    the program's next step); the ones that may come right before a death go at once.
 
     When the parent cannot keep up (stopped, swapped out, gone), the queue fills and further
     messages are dropped and counted, never waited for; once the parent reads again the
     backlog goes out, then one loss message with the counts and the time range. A lost
-    connection is retried every `RECONNECT_S`.
+    connection is retried at most every `RECONNECT_S`.
     """
 
     def __init__(self, socket_path: str) -> None:
@@ -61,12 +67,10 @@ class AgentChannel:
         self._pending = b""  # the part of a chunk the socket has not taken yet
         self._pending_kinds: list[str] = []
         self._losses = _Losses()
-        self._wake = threading.Event()
+        self._sending = threading.Lock()
+        self._last_send_mono = time.monotonic()
+        self._next_connect_mono = 0.0
         self._closed = False
-        self._thread = threading.Thread(
-            target=self._send_loop, name="memdoc-agent-send", daemon=True
-        )
-        self._thread.start()
 
     # -- Sink -----------------------------------------------------------------------------
 
@@ -76,7 +80,8 @@ class AgentChannel:
             self._put(SAMPLES, {"k": "s", "t": unix_t, "v": rows})
 
     def event(self, event: Event) -> None:
-        urgent = event.kind in _URGENT
+        # Sending on every event (a step every few milliseconds) would make each step pay
+        # for a system call; ordinary events go with the next periodic send.
         self._put(
             EVENTS,
             {
@@ -86,13 +91,8 @@ class AgentChannel:
                 "pid": event.pid,
                 "data": dict(event.data),
             },
-            urgent=urgent,
+            urgent=event.kind in _URGENT,
         )
-        # Waking the sender thread on every event (a step every few milliseconds) would
-        # hand the GIL back and forth with the program; ordinary events go with the next
-        # periodic send, the ones that may come right before a death go at once.
-        if urgent:
-            self._wake.set()
 
     def device(self, device: DeviceInfo) -> None:
         self._put(EVENTS, {"k": "d", **asdict(device)}, urgent=True)
@@ -116,50 +116,52 @@ class AgentChannel:
             self._queue.append((kind, _dumps(message)))
         except (TypeError, ValueError):
             return
+        if urgent or time.monotonic() - self._last_send_mono >= SEND_INTERVAL_S:
+            self.pump()
 
-    # -- sending (the sender thread only) -------------------------------------------------
+    # -- sending --------------------------------------------------------------------------
 
-    def _send_loop(self) -> None:
-        # Nothing may escape this thread: the program's thread hook would record it, and
-        # Python would print it on the program's stderr.
-        with contextlib.suppress(Exception):
-            self._send_until_closed()
+    def pump(self) -> None:
+        """Send what the socket takes now, connecting again if the parent went away; never
+        waits, never raises. A thread that finds another one sending leaves it to it."""
+        if not self._sending.acquire(blocking=False):
+            return
+        try:
+            self._last_send_mono = time.monotonic()
+            self._send(deadline_mono=None)
+        except Exception:
+            pass  # nothing may reach the program from here
+        finally:
+            self._sending.release()
 
-    def _send_until_closed(self) -> None:
-        while True:
-            self._wake.wait(SEND_INTERVAL_S)
-            self._wake.clear()
-            if self._sock is None:
-                self._sock = self._connect(timeout_s=0.5)
-            if self._sock is not None:
-                self._drain()
-            if self._closed:
-                return  # what the parent could take in time went out: never hold up an exit
-            if self._sock is None:
-                self._wake.wait(RECONNECT_S)
+    def _send(self, deadline_mono: float | None) -> None:
+        if self._sock is not None and self._queue and not self._pending and _peer_gone(self._sock):
+            self._disconnect()
+        if self._sock is None:
+            self._reconnect()
+        if self._sock is not None:
+            self._drain(deadline_mono)
 
-    def _drain(self) -> None:
+    def _reconnect(self) -> None:
+        now = time.monotonic()
+        if now < self._next_connect_mono:
+            return
+        self._next_connect_mono = now + RECONNECT_S
+        with contextlib.suppress(OSError):
+            self._sock = connect_now(self._path)
+
+    def _drain(self, deadline_mono: float | None) -> None:
+        """Send until the queue is empty or the socket is full; with a deadline (at exit),
+        wait for the socket while it keeps taking data, until then."""
         while self._sock is not None:
-            if not self._pending:
-                # Once the queue has room again the drops have stopped: say what was lost,
-                # after the backlog, even if the parent stays a little behind.
-                if len(self._queue) <= MAX_QUEUED // 2:
-                    loss = self._losses.take(self._pid)
-                    if loss is not None:
-                        self._queue.append((EVENTS, _dumps(loss)))
-                if not self._queue:
-                    return
-                batch = [self._queue.popleft() for _ in range(min(len(self._queue), 256))]
-                self._pending = b"".join(data for _, data in batch)
-                self._pending_kinds = [kind for kind, _ in batch]
+            if not self._pending and not self._next_chunk():
+                return
             try:
                 # Without MSG_NOSIGNAL a dead parent would kill a program that restored
                 # SIGPIPE's default action, as command-line tools often do.
                 sent = self._sock.send(self._pending, _NO_SIGPIPE)
             except BlockingIOError:
-                # The parent is not reading (stopped, or slow): wait here, in this thread.
-                _, writable, _ = select.select([], [self._sock], [], SEND_INTERVAL_S)
-                if not writable and self._closed:
+                if not _wait_writable(self._sock, deadline_mono):
                     return
                 continue
             except InterruptedError:
@@ -168,17 +170,23 @@ class AgentChannel:
                 self._disconnect()
                 return
             self._pending = self._pending[sent:]
+            if not self._pending:
+                self._pending_kinds = []  # all taken: nothing of it can be lost any more
 
-    def _connect(self, timeout_s: float) -> socket.socket | None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(timeout_s)
-            sock.connect(self._path)
-            sock.setblocking(False)
-        except OSError:
-            sock.close()
-            return None
-        return sock
+    def _next_chunk(self) -> bool:
+        """Take the next messages to send into the pending chunk; False when none are left."""
+        # Once the queue has room again the drops have stopped: say what was lost, after
+        # the backlog, even if the parent stays a little behind.
+        if len(self._queue) <= MAX_QUEUED // 2:
+            loss = self._losses.take(self._pid)
+            if loss is not None:
+                self._queue.append((EVENTS, _dumps(loss)))
+        if not self._queue:
+            return False
+        batch = [self._queue.popleft() for _ in range(min(len(self._queue), 256))]
+        self._pending = b"".join(data for _, data in batch)
+        self._pending_kinds = [kind for kind, _ in batch]
+        return True
 
     def _disconnect(self) -> None:
         """The parent went away: what was being sent is lost (counted); reconnect later."""
@@ -190,17 +198,48 @@ class AgentChannel:
             with contextlib.suppress(OSError):
                 self._sock.close()
         self._sock = None
+        self._next_connect_mono = 0.0  # a parent that is back again takes us at once
 
     def close(self, timeout_s: float = 1.0) -> None:
-        """Send what is queued (at most `timeout_s`), then close."""
+        """Send what is queued (at most `timeout_s`, and no longer than `SEND_INTERVAL_S`
+        once the parent stops reading), then close."""
         if self._closed:
             return
         self._closed = True
-        self._wake.set()
-        self._thread.join(timeout_s)
-        if self._sock is not None and not self._thread.is_alive():
-            with contextlib.suppress(OSError):
-                self._sock.close()
+        deadline = time.monotonic() + timeout_s
+        if not self._sending.acquire(timeout=timeout_s):
+            return
+        try:
+            with contextlib.suppress(Exception):
+                self._send(deadline_mono=deadline)
+            if self._sock is not None:
+                with contextlib.suppress(OSError):
+                    self._sock.close()
+                self._sock = None
+        finally:
+            self._sending.release()
+
+
+def _peer_gone(sock: socket.socket) -> bool:
+    """True when the parent closed its end: it never writes to an agent, so a readable
+    socket means an end of file or an error."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
+def _wait_writable(sock: socket.socket, deadline_mono: float | None) -> bool:
+    """Wait for room in the socket until the deadline, at most `SEND_INTERVAL_S` (a parent
+    that does not read for that long is not reading); False at once without a deadline."""
+    if deadline_mono is None:
+        return False
+    left = min(SEND_INTERVAL_S, deadline_mono - time.monotonic())
+    if left <= 0:
+        return False
+    _, writable, _ = select.select([], [sock], [], left)
+    return bool(writable)
 
 
 def connect_now(path: str) -> socket.socket | None:
