@@ -211,7 +211,12 @@ def _record(tmp_path: Path, gate: RecordedGate, root_pid: int) -> Path:
     )
     collector = NvmlCollector(root_pid, gate_factory=lambda: gate, process_interval_s=0.05)
     session = Session(writer, [collector], interval_s=0.02).start()
+    # At least 0.5 s and at least 12 ticks (two GPUs read each) with 4 process lists each: on
+    # a loaded machine (the suite runs in parallel) 0.5 s may hold fewer ticks than asserted.
     time.sleep(0.5)
+    deadline = time.monotonic() + 30
+    while (gate.memory_reads < 24 or gate.process_reads < 8) and time.monotonic() < deadline:
+        time.sleep(0.05)
     session.stop()
     writer.close()
     return path
