@@ -69,6 +69,18 @@ _SLOW_TESTS = frozenset(
         "run/test_caught_ooms.py::test_a_tensorflow_oom_the_program_survives_is_counted_once_and_not_a_failure",
     }
 )
+# Tests that time what they check (a program's pace beside another, a kill at an instant, a
+# terminal driven with waits): one worker runs them one after another (xdist_group with
+# --dist loadgroup), so that they never run beside each other.
+_TIMED = frozenset(
+    {
+        "faults/test_parent_failures.py",
+        "faults/test_sigkill.py",
+        "run/test_channel.py",
+        "tui/test_cost.py",
+        "tui/test_terminal.py",
+    }
+)
 # In files that run programs, a test or parameter named for a framework needs it.
 _FRAMEWORK_WORDS = {
     "tensorflow": "tensorflow",
@@ -113,14 +125,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         have = {mark.name for mark in item.iter_markers()}
         for name in sorted(_marks_of(item) - have):
             item.add_marker(name)
+        if _where(item) in _TIMED and "xdist_group" not in have:
+            item.add_marker(pytest.mark.xdist_group("timed"))
+
+
+def _where(item: pytest.Item) -> str | None:
+    """The item's file, relative to tests/."""
+    path = item.path.resolve()
+    return path.relative_to(TESTS).as_posix() if path.is_relative_to(TESTS) else None
 
 
 def _marks_of(item: pytest.Item) -> set[str]:
     """The markers `item` gets from its folder, its file and its name."""
-    path = item.path.resolve()
-    if not path.is_relative_to(TESTS):
+    where = _where(item)
+    if where is None:
         return set()
-    where = path.relative_to(TESTS).as_posix()
     names: set[str] = set()
     for prefix, marks in _MARKS.items():
         if where == prefix or (prefix.endswith("/") and where.startswith(prefix)):
