@@ -93,14 +93,14 @@ class Result:
     ooms: int | None = None
     ending_oom: bool = False
     forecast: bool | None = None
-    findings: list[tuple[str, float]] = field(default_factory=list)
+    findings: list[dict[str, Any]] = field(default_factory=list)  # rule, confidence
     top1: bool = False
     top3: bool = False
     problem: str = ""  # why memdoc gave no answer
 
     @property
     def slugs(self) -> list[str]:
-        return [rule for rule, _ in self.findings]
+        return [finding["rule"] for finding in self.findings]
 
 
 def command_line(program: Program) -> list[str]:
@@ -137,22 +137,41 @@ def run_bounded(command: Sequence[str], cwd: Path, timeout_s: float) -> tuple[in
         return process.returncode, out
 
 
-def trace_counts(trace: Path) -> tuple[int | None, bool | None]:
-    """(OOM events recorded, whether an OOM forecast was made) read from the trace(s)."""
+# Run by the measured memdoc's interpreter, outside this repository, so that PYTHONPATH
+# decides which trace reader reads the trace, as it decides which memdoc wrote it.
+COUNT_TRACE = """
+import json, sys
+from pathlib import Path
+from memdoc.trace import load_trace
+trace = Path(sys.argv[1])
+ooms, forecast = 0, False
+for path in sorted(trace.glob("*.memdoc")) if trace.is_dir() else [trace]:
+    loaded = load_trace(path)
+    ooms += len(loaded.oom_events())
+    forecast |= any(e.data.get("state") == "likely" for e in loaded.events("forecast"))
+print(json.dumps([ooms, forecast]))
+"""
+MEMDOC_COMMIT = """
+import subprocess
+from pathlib import Path
+import memdoc
+done = subprocess.run(
+    ["git", "-C", str(Path(memdoc.__file__).parent), "rev-parse", "HEAD"],
+    capture_output=True, text=True, check=False,
+)
+print(done.stdout.strip())
+"""
+
+
+def trace_counts(trace: Path, folder: Path) -> tuple[int | None, bool | None]:
+    """(OOM events recorded, whether an OOM forecast was made) read from the trace(s);
+    (None, None) when the reader has changed shape: nothing is guessed."""
+    _, out = run_bounded([sys.executable, "-c", COUNT_TRACE, str(trace)], folder, TIMEOUT_S)
     try:
-        from memdoc.trace import load_trace
-    except ImportError:
+        ooms, forecast = json.loads(out)
+    except (json.JSONDecodeError, ValueError, TypeError):
         return None, None
-    paths = sorted(trace.glob("*.memdoc")) if trace.is_dir() else [trace]
-    ooms, forecast = 0, False
-    try:
-        for path in paths:
-            loaded = load_trace(path)
-            ooms += len(loaded.oom_events())
-            forecast |= any(e.data.get("state") == "likely" for e in loaded.events("forecast"))
-    except Exception:  # a reader that changed shape: say nothing rather than guess
-        return None, None
-    return ooms, forecast
+    return int(ooms), bool(forecast)
 
 
 def score(program: Program, folder: Path, timeout_s: float) -> Result:
@@ -179,13 +198,16 @@ def score(program: Program, folder: Path, timeout_s: float) -> Result:
     except json.JSONDecodeError:
         result.problem = f"diagnose gave no JSON (exit {done})"
         return result
-    result.findings = [(f["rule"], float(f["confidence"])) for f in answer.get("findings", [])]
+    result.findings = [
+        {"rule": f["rule"], "confidence": float(f["confidence"])}
+        for f in answer.get("findings", [])
+    ]
     run = answer.get("run") or {}
     result.steps = run.get("steps")
     result.ending_oom = bool(answer.get("oom"))
-    result.ooms, result.forecast = trace_counts(trace)
+    result.ooms, result.forecast = trace_counts(trace, folder)
     if program.cause == NO_CAUSE:
-        quiet = all(confidence < LIKELY for _, confidence in result.findings)
+        quiet = all(finding["confidence"] < LIKELY for finding in result.findings)
         result.top1 = result.top3 = quiet and not result.forecast
     else:
         result.top1 = bool(result.slugs) and result.slugs[0] in program.right
@@ -205,7 +227,7 @@ def plain(program: Program, folder: Path, timeout_s: float) -> str:
 
 
 def row(result: Result) -> str:
-    said = ", ".join(f"{rule} {confidence:.2f}" for rule, confidence in result.findings[:3])
+    said = ", ".join(f"{f['rule']} {f['confidence']:.2f}" for f in result.findings[:3])
     ended = "timeout" if result.exit_status is None else str(result.exit_status)
     if not result.as_designed:
         ended += " (!)"
@@ -238,19 +260,10 @@ def totals(results: Sequence[Result]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def memdoc_commit() -> str | None:
+def memdoc_commit(folder: Path) -> str | None:
     """The commit of the memdoc being measured, when it is a git checkout."""
-    try:
-        import memdoc
-    except ImportError:
-        return None
-    done = subprocess.run(
-        ["git", "-C", str(Path(memdoc.__file__).parent), "rev-parse", "HEAD"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return (done.stdout.strip() or None) if done.returncode == 0 else None
+    _, out = run_bounded([sys.executable, "-c", MEMDOC_COMMIT], folder, 60)
+    return out.strip() or None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -276,13 +289,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             for program in programs:
                 print(plain(program, Path(tmp), args.timeout), flush=True)
         return 0
-    print(
-        "| program | split | loop | cause | exit | steps | OOMs | forecast "
-        "| first findings (confidence) | top-1 | top-3 |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
     results = []
     with tempfile.TemporaryDirectory(prefix="memdoc-loops-") as tmp:
+        commit = memdoc_commit(Path(tmp))
+        print(f"memdoc at commit {commit or 'unknown'}\n")
+        print(
+            "| program | split | loop | cause | exit | steps | OOMs | forecast "
+            "| first findings (confidence) | top-1 | top-3 |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for program in programs:
             folder = Path(tmp) / program.name
             folder.mkdir()
@@ -298,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if args.json:
         data = {
-            "memdoc_commit": memdoc_commit(),
+            "memdoc_commit": commit,
             "results": [asdict(r) for r in results],
             "totals": summary,
         }
