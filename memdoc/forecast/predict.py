@@ -27,6 +27,13 @@ MIN_GROWTH_SPREADS = 3.0
 MIN_GROWTH_SHARE = 0.01
 # The pace of steps is read from this many recent points.
 PACE_POINTS = 32
+# Growth that levels off (a cache that is full, the optimizer's state after its first
+# step, a warm allocator) is no trend: over the last share of the points (at least
+# MIN_RECENT_POINTS) the upper end of the slope's interval must stay above this share of
+# the slope of the points before them.
+RECENT_SHARE = 1 / 3
+MIN_RECENT_POINTS = 12
+LEVELLED_SHARE = 0.25
 
 
 def analyse(series: StepSeries) -> Forecast | NoForecast:
@@ -42,6 +49,9 @@ def analyse(series: StepSeries) -> Forecast | NoForecast:
     fit = theil_sen(xs, ys)
     if fit is None or not _grows(fit, xs, ys):
         return NoForecast(NO_GROWTH, _flat_detail(fit, xs), points=len(xs))
+    if (flat_since := _levelled_off_at(fit, xs, ys)) is not None:
+        detail = f"growth stopped: no growth since step {flat_since:,}"
+        return NoForecast(NO_GROWTH, detail, points=len(xs))
     last_step = int(series.steps[-1])
     # The first peak over the limit comes early when the peaks scatter upwards: the early
     # end uses the steepest slope of the interval and the limit less the scatter.
@@ -103,6 +113,20 @@ def _grows(fit: LineFit, xs: Sequence[float], ys: Sequence[float]) -> bool:
         and growth >= MIN_GROWTH_SPREADS * fit.residual_spread
         and growth >= MIN_GROWTH_SHARE * level
     )
+
+
+def _levelled_off_at(fit: LineFit, xs: Sequence[float], ys: Sequence[float]) -> int | None:
+    """The first step of the recent points when they no longer grow at a good part of the
+    rate of the points before them; None while they do (or are too few to tell)."""
+    count = max(MIN_RECENT_POINTS, math.ceil(len(xs) * RECENT_SHARE))
+    if count >= len(xs):
+        return None
+    recent = theil_sen(xs[-count:], ys[-count:])
+    before = theil_sen(xs[:-count], ys[:-count])
+    rate = max(fit.slope, before.slope if before is not None else 0.0)
+    if recent is None or recent.slope_high >= LEVELLED_SHARE * rate:
+        return None
+    return int(xs[-count])
 
 
 def _flat_detail(fit: LineFit | None, xs: Sequence[float]) -> str:
