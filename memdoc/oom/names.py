@@ -25,3 +25,31 @@ def has_words(name: str, phrases: Iterable[str]) -> bool:
         if any(words[i : i + width] == wanted for i in range(len(words) - width + 1)):
             return True
     return False
+
+
+# TensorFlow ops that fill a new tensor with random values: what a variable's initializer
+# runs (Keras's default initializers are glorot_uniform, random uniform for embeddings,
+# truncated normal), and dropout inside a step. Outside any step they build weights.
+_RANDOM_FILL_OPS = frozenset(
+    {
+        "RandomUniform",
+        "RandomUniformInt",
+        "RandomStandardNormal",
+        "TruncatedNormal",
+        "StatelessRandomUniform",
+        "StatelessRandomUniformV2",
+        "StatelessRandomUniformInt",
+        "StatelessRandomUniformIntV2",
+        "StatelessRandomNormal",
+        "StatelessRandomNormalV2",
+        "StatelessTruncatedNormal",
+        "StatelessTruncatedNormalV2",
+        "StatelessRandomUniformFullInt",
+        "StatelessRandomUniformFullIntV2",
+    }
+)
+
+
+def fills_random_values(op: str | None) -> bool:
+    """The op (as TensorFlow names it, `[Op:...]`) makes a tensor of random values."""
+    return op is not None and op.rsplit("/", 1)[-1] in _RANDOM_FILL_OPS

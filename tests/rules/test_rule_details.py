@@ -981,3 +981,14 @@ def test_a_run_that_survived_a_batch_size_search_is_diagnosed_from_the_sizes_tri
     assert first.rule == "activations-too-large"
     assert "ran out of memory at 2175, 2417, … and 4096 and trained at 1957" in first.summary
     assert trace.exit is not None and trace.exit.status == 0
+
+
+def test_a_tensorflow_initializer_failing_before_any_step_is_the_model_too_large() -> None:
+    trace = load_trace(
+        RULE_FIXTURES / "model-too-large" / "hit-keras-table-built-before-fit.memdoc"
+    )
+
+    first = diagnose(trace)[0]
+
+    assert first.rule == "model-too-large"
+    assert "building the model's parameters, before any step" in first.summary

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from memdoc.oom.names import fills_random_values
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
 from memdoc.rules.facts import (
@@ -27,6 +28,7 @@ from memdoc.rules.spec import (
     snippet,
 )
 from memdoc.trace.model import EventKind
+from memdoc.trace.phases import phase_at
 from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes
 
@@ -209,7 +211,7 @@ it on one device.
         if fail.oom.phase == "init":
             return None  # no context could be created: nothing of the model was placed yet
         moving = fail.in_frames(function_pattern=_MOVE_FUNCTIONS) or fail.says(_MOVE_TEXT)
-        building = _building(fail)
+        building = _building(fail) or _initializing_outside_a_loop(trace, fail)
         constructing = not building and _in_a_constructor(fail)
         if not (moving or building or constructing) and fail.oom.phase != "load":
             return None
@@ -268,6 +270,16 @@ def _building(fail: Failure) -> bool:
     in TensorFlow, in the op that initialises a variable (`.../kernel/Initializer/...`)."""
     in_constructor = any(fail.in_frames(f, fn) for f, fn in _BUILD_FRAMES)
     return (in_constructor and step_phase(fail) is None) or fail.says(_TF_INITIALIZER)
+
+
+def _initializing_outside_a_loop(trace: Trace, fail: Failure) -> bool:
+    """TensorFlow failed making a tensor of random values before any step and outside any
+    loop phase: a variable's initializer (a model building its weights when first called),
+    not dropout, which runs inside a step."""
+    if trace.is_text_only or not fills_random_values(fail.oom.op) or step_phase(fail):
+        return False
+    stepped = any(s.t <= fail.t for s in trace.steps())
+    return not stepped and phase_at(trace, fail.t, fail.pid) is None
 
 
 def _in_a_constructor(fail: Failure) -> bool:
