@@ -992,3 +992,42 @@ def test_a_tensorflow_initializer_failing_before_any_step_is_the_model_too_large
 
     assert first.rule == "model-too-large"
     assert "building the model's parameters, before any step" in first.summary
+
+
+@pytest.mark.parametrize(("trained", "optimizer_blamed"), [(True, False), (False, True)])
+def test_optimizer_state_is_not_blamed_where_a_smaller_batch_then_trained(
+    tmp_path: Path, trained: bool, optimizer_blamed: bool
+) -> None:
+    # Adam's first step ran out at 256 and 128; the finder then trained at 64: what did not
+    # fit grew with the batch, and Adam's state does not.
+    path = tmp_path / "run.memdoc"
+    rec = Recorder(path)
+    rec.event(0.2, EventKind.FRAMEWORK, name="pytorch", version="2.13.0")
+    oom = OomInfo(
+        framework="pytorch",
+        kind="host-alloc",
+        device_type="cpu",
+        requested_bytes=64 * MiB,
+        message="RuntimeError: DefaultCPUAllocator: can't allocate memory",
+    )
+    adam = ("train.py:20:train", "torch/optim/adam.py:160:_init_group")
+    for t, size in ((1.0, 256), (2.0, 128)):
+        rec.mark(t, f"batch size {size}", batch_size=size, finder="accelerate")
+        rec.event(
+            t + 0.5,
+            EventKind.OOM,
+            oom=oom.to_dict(),
+            stack=list(adam),
+            where="caught",
+            handled=True,
+        )
+    if trained:
+        rec.mark(3.0, "batch size 64", batch_size=64, finder="accelerate")
+        for number in range(1, 6):
+            rec.step(3.0 + number * 0.2, number)
+        rec.mark(4.5, "batch size 64 trained", batch_size=64, finder="accelerate", chosen=True)
+    rec.end(5.0, exit_code=0 if trained else 1)
+
+    rules = [f.rule for f in diagnose(load_trace(path))]
+
+    assert ("optimizer-state" in rules) is optimizer_blamed

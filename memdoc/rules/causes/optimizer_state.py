@@ -16,6 +16,7 @@ from memdoc.rules.spec import (
     snippet,
 )
 from memdoc.trace.model import EventKind
+from memdoc.trace.phases import batch_search
 from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes
 
@@ -128,6 +129,8 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
 
     def check(self, trace: Trace) -> Finding | None:
         fail = failure(trace)
+        if _a_smaller_batch_trained(trace):
+            return None
         if not trace.is_text_only:
             found = self._recorded(trace, fail)
             if found is not None:
@@ -233,6 +236,17 @@ def _first_step_jump(trace: Trace) -> float | None:
     if before is None or first.baseline is None or second.baseline is None:
         return None
     return first.baseline - before
+
+
+
+def _a_smaller_batch_trained(trace: Trace) -> bool:
+    """A batch-size search ran out at larger sizes and trained at a smaller one: what did
+    not fit grew with the batch, which the optimizer's state (one or two copies of the
+    weights, whatever the batch) does not."""
+    if trace.is_text_only:
+        return False
+    search = batch_search(trace)
+    return search is not None and bool(search.ran_out) and search.trained is not None
 
 
 RULE = OptimizerState()
