@@ -179,6 +179,11 @@ class JaxCollector:
         if stats:
             context["stats"] = stats
         context["live_arrays"] = live_array_summary()
+        from memdoc.collectors.loops.jax import jitted_call
+
+        called = jitted_call(exc)
+        if called is not None:  # "": no jitted function of the program was on the way
+            context["jitted_call"] = called
         profile = self._save_memory_profile()
         if profile is not None:
             context["memory_profile"] = profile

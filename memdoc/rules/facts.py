@@ -48,6 +48,9 @@ class Failure:
     # The failing process's own memory at the error, read in-process: `rss_bytes`,
     # `address_space_bytes`, `rlimit_as_bytes` (when a cap is set).
     host: Mapping[str, int] = field(default_factory=dict)
+    # JAX: the program's jitted function the error came out of; "" when the call that raised
+    # it was no jitted function of the program (an eager operation); None when not known.
+    jitted_call: str | None = None
 
     @property
     def functions(self) -> list[str]:
@@ -190,7 +193,12 @@ def _failure(trace: Trace) -> Failure | None:
         stats=event.data.get("stats") or {},
         live_array_bytes=_live_array_bytes(event),
         host=_host_numbers(event),
+        jitted_call=_text_or_none(event.data.get("jitted_call")),
     )
+
+
+def _text_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _host_numbers(event: Event) -> dict[str, int]:

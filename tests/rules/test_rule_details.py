@@ -1031,3 +1031,18 @@ def test_optimizer_state_is_not_blamed_where_a_smaller_batch_then_trained(
     rules = [f.rule for f in diagnose(load_trace(path))]
 
     assert ("optimizer-state" in rules) is optimizer_blamed
+
+
+@pytest.mark.parametrize(
+    ("recording", "first"),
+    [
+        ("miss-jax-eager-broadcast.memdoc", "single-allocation-too-large"),
+        ("hit-jax-jitted-output.memdoc", "xla-temp-buffers"),
+    ],
+)
+def test_an_eager_jax_result_too_large_is_one_allocation_not_xla_temporaries(
+    recording: str, first: str
+) -> None:
+    trace = load_trace(RULE_FIXTURES / "xla-temp-buffers" / recording)
+
+    assert diagnose(trace)[0].rule == first

@@ -96,6 +96,24 @@ class Watched:
         return repr(self._memdoc_jitted)
 
 
+def jitted_call(exc: BaseException) -> str | None:
+    """The name of the program's jitted function whose call raised `exc`; "" when none of
+    the program's jitted functions was on the way (an eager operation raised it); None when
+    memdoc does not watch `jax.jit` in this process."""
+    jit = getattr(sys.modules.get("jax"), "jit", None)
+    if not getattr(jit, "__memdoc_wrapped__", False):
+        return None
+    called = Watched.__call__.__code__
+    innermost = ""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is called:
+            watched = tb.tb_frame.f_locals.get("self")
+            innermost = str(getattr(watched, "__name__", "") or "<jitted>")
+        tb = tb.tb_next
+    return innermost
+
+
 class _Steps:
     """Chooses the step function and turns calls into steps and phases."""
 

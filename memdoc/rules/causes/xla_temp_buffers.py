@@ -35,6 +35,8 @@ def made_inside_the_program(trace: Trace, fail: Failure) -> bool:
     requested = oom.requested_bytes
     if oom.framework != "jax" or not requested or not fail.says(_XLA_OOM):
         return False
+    if fail.jitted_call == "":
+        return False  # no jitted function of the program ran: one eager operation made it
     held = data_held(trace, fail)
     return held is not None and requested >= FAR_LARGER * held.held_bytes
 
@@ -117,6 +119,8 @@ sequences scale the temporaries.
         involved = frameworks(trace, oom)
         if oom.xla_temp_bytes or oom.xla_buffers or oom.kind == "compile" or fail.says(_REMAT):
             return self._planned(trace, fail, involved)
+        if fail.jitted_call == "":
+            return None  # an eager operation's result, not a compiled program's working set
         if oom.framework == "jax" and specific_library(oom) is None and fail.says(_XLA_OOM):
             return self._unplanned(trace, fail, involved)
         return None
