@@ -151,6 +151,9 @@ class watch:
         self.session: Session | None = None
         self._asked = self.path
         self._writer: Any = None
+        # The frameworks' own loops report steps and phases to this session; a framework
+        # callback that reports its loop itself turns this off (memdoc.integrations).
+        self._loops = True
         self._entry: Path | None = None
 
     # -- context manager ------------------------------------------------------------------
@@ -181,7 +184,9 @@ class watch:
         )
         self.session = Session(
             ForecastingSink(self._writer, start_unix=self._writer.start_unix),
-            in_process_collectors(host_tree=True, trace_dir=self.path.resolve().parent),
+            in_process_collectors(
+                host_tree=True, trace_dir=self.path.resolve().parent, loops=self._loops
+            ),
             interval_s=self.interval,
         )
         self.session.start()

@@ -9,11 +9,15 @@ from memdoc.collectors.base import Collector
 
 
 def in_process_collectors(
-    *, host_tree: bool = True, nvml: bool = True, trace_dir: Path | None = None
+    *,
+    host_tree: bool = True,
+    nvml: bool = True,
+    trace_dir: Path | None = None,
+    loops: bool = True,
 ) -> list[Collector]:
     """Collectors for `memdoc.watch`: host memory of this process (and its children),
-    NVML, and every framework the program imports. Files saved at an OOM go to
-    `trace_dir`."""
+    NVML, every framework the program imports, and (unless `loops` is False) the steps and
+    phases of the frameworks' own loops. Files saved at an OOM go to `trace_dir`."""
     from memdoc.collectors.frameworks import framework_collectors
     from memdoc.collectors.host import HostCollector
     from memdoc.collectors.loops import LoopCollector
@@ -23,7 +27,8 @@ def in_process_collectors(
     if nvml:
         collectors.append(NvmlCollector(root_pid=os.getpid()))
     collectors.extend(framework_collectors(trace_dir=trace_dir))
-    collectors.append(LoopCollector())
+    if loops:
+        collectors.append(LoopCollector())
     return collectors
 
 

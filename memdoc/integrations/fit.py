@@ -60,6 +60,7 @@ class FitRecording:
                 return
             path = self.asked_path or default_trace_path(tag=self.prefix)
             recording = watch(path, interval=self.interval_s, quiet=True)
+            recording._loops = False  # the callback reports its loop's steps and phases
             recording.__enter__()  # never raises: it warns and the fit runs unobserved
             if recording.session is None:
                 return
