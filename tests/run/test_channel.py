@@ -54,8 +54,9 @@ def test_an_agent_reconnects_to_a_parent_that_comes_back_and_says_what_was_lost(
     for number in sent:
         channel.event(_step(number))
     second = AgentServer(socket_path, writer).start()
-    channel.pump()  # the sampler's next round, or the program's next step
-    _wait_for(lambda: second.messages >= 1)
+    # The sampler's next rounds, or the program's next steps: the agent tries again at most
+    # once a RECONNECT_S, so one pump right after the parent came back may come too soon.
+    _wait_for(lambda: _pumped(channel) and second.messages >= 1)
     channel.close()
     second.stop()
     writer.close()
