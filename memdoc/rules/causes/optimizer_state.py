@@ -238,7 +238,6 @@ def _first_step_jump(trace: Trace) -> float | None:
     return first.baseline - before
 
 
-
 def _a_smaller_batch_trained(trace: Trace) -> bool:
     """A batch-size search ran out at larger sizes and trained at a smaller one: what did
     not fit grew with the batch, which the optimizer's state (one or two copies of the
