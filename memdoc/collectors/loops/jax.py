@@ -99,19 +99,42 @@ class Watched:
 def jitted_call(exc: BaseException) -> str | None:
     """The name of the program's jitted function whose call raised `exc`; "" when none of
     the program's jitted functions was on the way (an eager operation raised it); None when
-    memdoc does not watch `jax.jit` in this process."""
+    memdoc does not watch `jax.jit` in this process, or when the error surfaced where a
+    result was read (it may be any earlier call's)."""
     jit = getattr(sys.modules.get("jax"), "jit", None)
     if not getattr(jit, "__memdoc_wrapped__", False):
         return None
     called = Watched.__call__.__code__
     innermost = ""
+    names: list[str] = []
     tb = exc.__traceback__
     while tb is not None:
+        names.append(tb.tb_frame.f_code.co_name)
         if tb.tb_frame.f_code is called:
             watched = tb.tb_frame.f_locals.get("self")
             innermost = str(getattr(watched, "__name__", "") or "<jitted>")
         tb = tb.tb_next
+    if not innermost and any(name in _READING_A_VALUE for name in names[-4:]):
+        return None  # an earlier call's error surfaced where its result was read
     return innermost
+
+
+# Where JAX waits for a result and hands it to Python: an error of any earlier call, jitted
+# or not, surfaces here (JAX dispatches asynchronously), so the failing call is not known.
+_READING_A_VALUE = frozenset(
+    {
+        "_value",
+        "block_until_ready",
+        "__array__",
+        "device_get",
+        "tolist",
+        "item",
+        "__float__",
+        "__int__",
+        "__bool__",
+        "__index__",
+    }
+)
 
 
 class _Steps:
