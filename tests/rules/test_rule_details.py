@@ -13,7 +13,7 @@ from memdoc.rules.words import explain_in_words
 from memdoc.trace import EventKind, OomInfo, load_trace
 from tests.rules.fixture_cases import RULE_FIXTURES
 from tests.rules.host_scenarios import RANK_PIDS, eval_after_training_on_host, jax_host_failure
-from tests.rules.recorder import MiB, Recorder
+from tests.rules.recorder import GiB, MiB, Recorder
 
 
 def _finding(text: str, slug: str) -> float | None:
@@ -1046,3 +1046,32 @@ def test_an_eager_jax_result_too_large_is_one_allocation_not_xla_temporaries(
     trace = load_trace(RULE_FIXTURES / "xla-temp-buffers" / recording)
 
     assert diagnose(trace)[0].rule == first
+
+
+def test_a_kill_near_a_shared_cgroup_limit_is_said_in_what_the_limit_counts(
+    tmp_path: Path,
+) -> None:
+    # The job held 3 GiB; the cgroup it shares counted 7.8 of its 8 GiB when the job was
+    # killed: the summary names the usage that came near the limit, not the job's 3 GiB.
+    from memdoc.rules.causes.host_oom import RULE as HOST_OOM
+    from memdoc.trace.model import Metric, SeriesKey
+
+    path = tmp_path / "run.memdoc"
+    rec = Recorder(path)
+    for i in range(1, 11):
+        rec.sample(
+            i * 0.5,
+            {
+                SeriesKey(Metric.HOST_RSS): i * 0.3 * GiB,
+                SeriesKey(Metric.CGROUP_USAGE): 4.8 * GiB + i * 0.3 * GiB,
+                SeriesKey(Metric.CGROUP_LIMIT): 8 * GiB,
+            },
+        )
+    rec.end(5.5, signal=9)
+
+    finding = check_rule(HOST_OOM, load_trace(path))
+
+    assert finding is not None
+    assert "with 7.8 GiB of cgroup usage (3.0 GiB resident of its own), near the 8.0 GiB" in (
+        finding.summary
+    )

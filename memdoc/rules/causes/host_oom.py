@@ -160,6 +160,17 @@ class _Pressure:
         return used / self.limit_bytes if used is not None and self.limit_bytes else None
 
     @property
+    def reached_words(self) -> str:
+        """What came near the limit, in the limit's own terms: "7.8 GiB of cgroup usage (3.0
+        GiB resident of its own)" where the limit counts more than the job's resident
+        memory, else "3.0 GiB resident"."""
+        resident = f"{format_bytes(self.peak_bytes)} resident"
+        if self.counted_bytes is None:
+            return resident
+        own = f" ({resident} of its own)" if self.peak_bytes is not None else ""
+        return f"{format_bytes(self.counted_bytes)} of {_COUNTED_WORDS[self.counted_label]}{own}"
+
+    @property
     def kill_not_for_memory(self) -> bool:
         """The recording rules the OOM killer out: its counter for the job's cgroup was read
         and never rose (it counts kills by any OOM killer), and memory stayed far below the
@@ -294,8 +305,8 @@ never rose, and memory stayed below half of its limit, this rule does not fire.
             signals = Signals.of(STRONG, near_limit=pressure.near_limit)
         elif killed and pressure.near_limit:
             summary = (
-                f"The job was killed (SIGKILL) with {format_bytes(pressure.peak_bytes)} resident, "
-                f"near the {format_bytes(pressure.limit_bytes)} {pressure.limit_label}."
+                f"The job was killed (SIGKILL) with {pressure.reached_words}, near the "
+                f"{format_bytes(pressure.limit_bytes)} {pressure.limit_label}."
             )
             signals = Signals(STRONG)
         elif killed and pressure.kill_not_for_memory:
@@ -307,7 +318,7 @@ never rose, and memory stayed below half of its limit, this rule does not fire.
             )
         elif pressure.near_limit and fail is None:
             summary = (
-                f"Host memory reached {format_bytes(pressure.peak_bytes)}, close to the "
+                f"The job reached {pressure.reached_words}, close to the "
                 f"{format_bytes(pressure.limit_bytes)} {pressure.limit_label}."
             )
             signals = Signals(POSSIBLE)
@@ -531,6 +542,12 @@ def _pressure(trace: Trace) -> _Pressure | None:
     )
 
 
+_CGROUP_USAGE = "peak usage of the cgroup, every process in it counted"
+_ADDRESS_SPACE = "peak address space of the capped process"
+# What each counted quantity is called in a sentence.
+_COUNTED_WORDS = {_CGROUP_USAGE: "cgroup usage", _ADDRESS_SPACE: "address space"}
+
+
 def _counted(trace: Trace, limit: Limit | None, held_label: str) -> tuple[str, float | None]:
     """What the binding limit measures, when it is not the job's resident memory."""
     if limit is None:
@@ -538,11 +555,11 @@ def _counted(trace: Trace, limit: Limit | None, held_label: str) -> tuple[str, f
     if limit.kind == "cgroup" and "cgroup" not in held_label:
         usage = trace.peak(Metric.CGROUP_USAGE)
         if usage is not None:
-            return "peak usage of the cgroup, every process in it counted", usage[1]
+            return _CGROUP_USAGE, usage[1]
     if limit.kind == "rlimit-as":
         vms = trace.peak(Metric.HOST_VMS, None, root_pid(trace))
         if vms is not None:
-            return "peak address space of the capped process", vms[1]
+            return _ADDRESS_SPACE, vms[1]
     return "", None
 
 
