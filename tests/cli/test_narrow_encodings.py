@@ -43,7 +43,8 @@ def test_output_degrades_to_what_the_stream_can_encode(
 
 
 def test_the_end_of_run_summary_degrades_too(tmp_path: Path) -> None:
-    (tmp_path / "prog.py").write_text("print('ok')\n")
+    # Long enough for the parent to sample the host once: the summary then gives the peak.
+    (tmp_path / "prog.py").write_text("import time\ntime.sleep(0.5)\nprint('ok')\n")
 
     done = run_memdoc(
         "run", "-o", "t.memdoc", "prog.py", cwd=tmp_path, env={"PYTHONIOENCODING": "ascii"}
