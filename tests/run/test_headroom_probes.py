@@ -188,7 +188,8 @@ def test_no_probe_is_far_beyond_the_largest_size_that_trained(tmp_path: Path) ->
     assert done.returncode == 0, done.stderr.decode()
     probed = [p["size"] for p in json.loads(done.stdout)["probes"]]
     assert probed[:2] == [1, 2]
-    assert len(probed) == 4
+    # One or two refinements (`--refine 2`): the second stops when its candidate was probed.
+    assert len(probed) in (3, 4)
     for i, size in enumerate(probed[2:], start=2):
         trained = probed[:i]
         assert size <= 4 * max(trained), f"probed {size} after only {trained} trained"
