@@ -76,6 +76,7 @@ _TIMED = frozenset(
     {
         "faults/test_parent_failures.py",
         "faults/test_sigkill.py",
+        "forecast/test_forecast_runs.py",
         "run/test_channel.py",
         "tui/test_cost.py",
         "tui/test_terminal.py",
