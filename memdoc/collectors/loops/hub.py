@@ -120,21 +120,34 @@ def wrap(owner: Any, name: str, make: Callable[[Any], Callable[..., Any]]) -> bo
     return True
 
 
+def in_phase(
+    phase: str,
+    source: str,
+    grad_enabled: bool | None,
+    call: Callable[..., Any],
+    *args: Any,
+    **kwargs: Any,
+) -> Any:
+    """`call(*args, **kwargs)` as one phase of a loop: marked when it begins and ends (an
+    error leaves the phase it came from in force); a plain call while no session listens."""
+    if not listening():
+        return call(*args, **kwargs)
+    enter(phase, source, grad_enabled=grad_enabled)
+    try:
+        result = call(*args, **kwargs)
+    except BaseException:
+        leave(phase, source, failed=True)
+        raise
+    leave(phase, source)
+    return result
+
+
 def around(phase: str, source: str, *, grad_enabled: bool | None) -> Callable[[F], F]:
     """A wrapper maker for a method that runs one phase of a loop."""
 
     def make(original: F) -> F:
         def run_phase(*args: Any, **kwargs: Any) -> Any:
-            if not listening():
-                return original(*args, **kwargs)
-            enter(phase, source, grad_enabled=grad_enabled)
-            try:
-                result = original(*args, **kwargs)
-            except BaseException:
-                leave(phase, source, failed=True)
-                raise
-            leave(phase, source)
-            return result
+            return in_phase(phase, source, grad_enabled, original, *args, **kwargs)
 
         return run_phase  # type: ignore[return-value]
 

@@ -41,16 +41,7 @@ def _evaluation_loop(original: Any) -> Any:
         self: Any, dataloader: Any, description: str = "", *a: Any, **k: Any
     ) -> Any:
         phase = hub.PREDICT if str(description).lower().startswith("predict") else hub.EVAL
-        if not hub.listening():
-            return original(self, dataloader, description, *a, **k)
-        hub.enter(phase, SOURCE, grad_enabled=False)
-        try:
-            result = original(self, dataloader, description, *a, **k)
-        except BaseException:
-            hub.leave(phase, SOURCE, failed=True)
-            raise
-        hub.leave(phase, SOURCE)
-        return result
+        return hub.in_phase(phase, SOURCE, False, original, self, dataloader, description, *a, **k)
 
     return evaluation_loop
 
