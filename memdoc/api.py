@@ -151,6 +151,7 @@ class watch:
         self.session: Session | None = None
         self._asked = self.path
         self._writer: Any = None
+        self._forecasts: Any = None  # the ForecastingSink, imported when a watch starts
         # The frameworks' own loops report steps and phases to this session; a framework
         # callback that reports its loop itself turns this off (memdoc.integrations).
         self._loops = True
@@ -182,8 +183,9 @@ class watch:
         self._writer.process(
             ProcessInfo(pid=os.getpid(), t=time.time(), ppid=os.getppid(), command=tuple(sys.argv))
         )
+        self._forecasts = ForecastingSink(self._writer, start_unix=self._writer.start_unix)
         self.session = Session(
-            ForecastingSink(self._writer, start_unix=self._writer.start_unix),
+            self._forecasts,
             in_process_collectors(
                 host_tree=True, trace_dir=self.path.resolve().parent, loops=self._loops
             ),
@@ -230,6 +232,8 @@ class watch:
         if exc is not None:
             session.record_exception(exc, tb, where="watch")
         session.stop()
+        if self._forecasts is not None:
+            self._forecasts.settle(time.time())
         # An exception leaving the block may still be caught by the program: no exit code.
         end = (
             ExitInfo(t=time.time(), exit_code=0, reason=WATCH_ENDED)

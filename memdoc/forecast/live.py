@@ -102,6 +102,20 @@ class ForecastingSink:
             if result is not None or self.latest is not None:
                 self._maybe_write(result, event.t)
 
+    def settle(self, unix_t: float) -> None:
+        """Forecast once more from every step seen, when the run has ended: the last
+        forecast of the trace then speaks for the whole run, not for the run as it was at
+        the last recomputation (at most RECOMPUTE_EVERY_S before its end)."""
+        if self.failed:
+            return
+        try:
+            with self._lock:
+                result = self._forecast()
+                if result is not None or self.latest is not None:
+                    self._maybe_write(result, unix_t)
+        except Exception:
+            self.failed = True
+
     def device(self, device: DeviceInfo) -> None:
         self.inner.device(device)
         if device.total_bytes:

@@ -183,6 +183,7 @@ def _run_recorded(options: RunOptions, writer: TraceWriter) -> RunResult:
         end_t = time.time()
         session.stop()
         server.stop(drain_s=1.0)
+        sink.settle(end_t)  # every step is in: the last forecast speaks for the whole run
     finally:
         if previous is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from pathlib import Path
 
 from memdoc.forecast import Forecast
@@ -20,18 +21,32 @@ VMS = SeriesKey(Metric.HOST_VMS, pid=PID)
 CAP = SeriesKey(Metric.HOST_RLIMIT_AS, pid=PID)
 
 
-def recorded(tmp_path: Path, peaks: list[float], *, cap: float = 1000 * MiB) -> Path:
-    """Write a trace the way `memdoc run` does: samples between step events."""
+def recorded(
+    tmp_path: Path,
+    peaks: list[float],
+    *,
+    cap: float = 1000 * MiB,
+    recomputed: int | None = None,
+    settle: bool = False,
+) -> Path:
+    """Write a trace the way `memdoc run` does: samples between step events. With
+    `recomputed`, the clock stands still after that many steps, as in a run whose last steps
+    all come within RECOMPUTE_EVERY_S; `settle` ends the run as `memdoc run` does."""
     path = tmp_path / "run.memdoc"
+    path.unlink(missing_ok=True)
     header = Header(version=SCHEMA_VERSION, created_unix=START, memdoc_version="test")
     writer = TraceWriter(path, header)
-    ticks = itertools.count(0, 2.0)  # a clock that lets every step recompute
+    ticks: Iterator[float] = itertools.count(0, 2.0)
+    if recomputed is not None:
+        ticks = itertools.chain(itertools.islice(ticks, recomputed), itertools.repeat(1e9))
     sink = ForecastingSink(writer, start_unix=START, clock=lambda: float(next(ticks)))
     for step, peak in enumerate(peaks, 1):
         t = START + step
         sink.samples(t - 0.5, {VMS: peak - 2 * MiB, CAP: cap})
         sink.samples(t - 0.3, {VMS: peak})
         sink.event(Event(t=t, kind=EventKind.STEP, pid=PID, data={"step": step}))
+    if settle:
+        sink.settle(START + len(peaks) + 0.5)
     writer.close()
     return path
 
@@ -68,6 +83,21 @@ def test_a_leak_that_stops_clears_the_forecast(tmp_path: Path) -> None:
     trace = load_trace(tmp_path / "run.memdoc")
     assert forecast_in_force(trace, events[0].t) is not None
     assert forecast_in_force(trace, trace.last_t) is None
+
+
+def test_the_forecast_at_the_end_of_a_run_speaks_for_all_of_its_steps(tmp_path: Path) -> None:
+    # Growth for 30 steps, then flat for 150, with no recomputation after the growth (the
+    # flat steps all came within the recompute interval): the end of the run forecasts again.
+    peaks = [300 * MiB + 5 * MiB * i for i in range(30)] + [445 * MiB] * 150
+    unsettled = forecast_events(recorded(tmp_path, peaks, recomputed=30))
+    assert [e.data["state"] for e in unsettled] == ["likely"]  # said while it grew, and kept
+    settled = forecast_events(recorded(tmp_path, peaks, recomputed=30, settle=True))
+    assert [e.data["state"] for e in settled] == ["likely", "cleared"]
+    trace = load_trace(tmp_path / "run.memdoc")
+    assert forecast_in_force(trace, trace.last_t) is None
+    # Still growing at the end: the forecast made during the growth stands, said once.
+    growing = forecast_events(recorded(tmp_path, peaks[:30], recomputed=20, settle=True))
+    assert [e.data["state"] for e in growing] == ["likely"]
 
 
 def test_a_faster_leak_moves_the_forecast(tmp_path: Path) -> None:
