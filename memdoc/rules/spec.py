@@ -36,6 +36,7 @@ class RuleSpec:
     slug: str = ""
     code: str = ""
     title: str = ""
+    host_title: str = ""  # the title on a run that used no GPU, where `title` names one
     what: str = ""
     why: str = ""
     confirm: str = ""
@@ -69,14 +70,15 @@ class RuleSpec:
         `fixes` narrows the rule's fixes to those the evidence calls for.
         """
         chosen = fixes_for(self.fixes if fixes is None else fixes, frameworks)
+        host = cpu_only(trace)
         return Finding(
             rule=self.slug,
             code=self.code,
-            title=self.title,
+            title=self.host_title if host and self.host_title else self.title,
             confidence=signals.confidence,
             summary=summary,
             evidence=tuple(evidence),
-            fixes=fixes_for_host(chosen) if cpu_only(trace) else chosen,
+            fixes=fixes_for_host(chosen) if host else chosen,
             to_confirm=to_confirm,
             rank=trace.rank,
             extra=dict(extra or {}),

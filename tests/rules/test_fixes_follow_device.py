@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -73,3 +77,46 @@ def _load(path: str):  # type: ignore[no-untyped-def]
     from memdoc.trace import load_trace
 
     return load_trace(path)
+
+
+LOAD_UNDER_CAP = RULE_FIXTURES / "checkpoint-load-spike" / "hit-cpu-load-under-cap.memdoc"
+
+
+def test_a_checkpoint_loaded_on_the_cpu_under_a_cap_is_told_in_host_words_with_fixes_that_fit() -> (
+    None
+):
+    # A real PyTorch program (tests/rules/programs/torch_load_under_cap.py) ran out inside
+    # torch.load under its address-space cap: no GPU in the title, and no memory-mapped load,
+    # which maps the whole file into the address space the cap counts.
+    found = {f.rule: f for f in diagnose(_load(LOAD_UNDER_CAP.as_posix()))}
+    load = found["checkpoint-load-spike"]
+    assert load.title == "Loading a checkpoint doubles memory"
+    assert "GPU" not in load.summary + (load.to_confirm or "")
+    assert load.fixes[0].code.count("assign=True") == 1
+    assert not any("mmap" in fix.code for fix in load.fixes)
+    assert found["host-oom"].title == "The host ran out of memory"
+
+
+def test_the_same_load_on_a_gpu_run_keeps_its_gpu_title_and_the_mapped_load() -> None:
+    trace = (RULE_FIXTURES / "checkpoint-load-spike" / "hit-load-mark-spike.memdoc").as_posix()
+    load = next(f for f in diagnose(_load(trace)) if f.rule == "checkpoint-load-spike")
+    assert load.title == "Loading a checkpoint onto the GPU doubles memory"
+    assert any("mmap=True" in fix.code for fix in load.fixes)
+
+
+@pytest.mark.torch
+def test_the_fix_given_for_the_load_under_the_cap_loads_under_the_same_cap() -> None:
+    program = Path(__file__).resolve().parent / "programs" / "torch_load_under_cap.py"
+    plain = subprocess.run(
+        [sys.executable, str(program)], capture_output=True, text=True, timeout=120, check=False
+    )
+    fixed = subprocess.run(
+        [sys.executable, str(program)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "FIX": "assign"},
+    )
+    assert plain.returncode != 0 and "can't allocate memory" in plain.stderr
+    assert fixed.returncode == 0 and "loaded" in fixed.stdout, fixed.stderr[-1000:]

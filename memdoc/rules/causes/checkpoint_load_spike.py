@@ -8,9 +8,11 @@ from memdoc.oom.names import has_words
 from memdoc.rules.base import Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, Signals
 from memdoc.rules.facts import Failure, failed_device, failure, frameworks, series_named
+from memdoc.rules.host import host_limits
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
+    cpu_only,
     ratio_evidence,
     snippet,
 )
@@ -39,10 +41,13 @@ class CheckpointLoadSpike(RuleSpec):
     slug = "checkpoint-load-spike"
     code = "MD018"
     title = "Loading a checkpoint onto the GPU doubles memory"
+    host_title = "Loading a checkpoint doubles memory"
     what = """
 While a checkpoint is loaded, two copies of the weights exist at once: the model's own
 parameters and the tensors read from the file. When the file is loaded straight onto the GPU
 (the default for a checkpoint saved from GPU tensors), the peak is about twice the model.
+On the CPU the same holds for the host memory: the loaded copy and the model's parameters
+are both in RAM until `load_state_dict` has copied one into the other.
 """
     why = """
 `torch.load` restores each tensor on the device it was saved from unless `map_location`
@@ -66,6 +71,20 @@ model trains fine once loaded.
             state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
             model.load_state_dict(state)
             del state
+            """
+            ),
+        ),
+        Fix(
+            "pytorch",
+            "Build the model without weights and take the loaded tensors as its own",
+            snippet(
+                """
+            import torch
+
+            with torch.device("meta"):  # parameters with shapes, but no memory
+                model = Net()
+            state = torch.load(path, map_location="cpu", weights_only=True)
+            model.load_state_dict(state, assign=True)  # one copy of the weights, not two
             """
             ),
         ),
@@ -132,13 +151,19 @@ model trains fine once loaded.
         if not loading:
             return self._loading_phase(trace, fail)
         summary = "The error happened while a checkpoint was being loaded."
+        if cpu_only(trace):
+            summary = (
+                "The error happened while a checkpoint was being loaded: the model's "
+                "parameters and the loaded copy were in host memory at once."
+            )
         return self.finding(
             trace,
             Signals(LIKELY),
             summary,
             [],
-            to_confirm='check `map_location` in torch.load; load to "cpu" and compare',
+            to_confirm=_to_confirm(trace),
             frameworks=frameworks(trace, fail.oom),
+            fixes=_fixes_under(trace, fail),
         )
 
     def _loading_phase(self, trace: Trace, fail: Failure) -> Finding | None:
@@ -148,10 +173,13 @@ model trains fine once loaded.
         return self.finding(
             trace,
             Signals(POSSIBLE),
-            "The error came while loading; loading a checkpoint onto the GPU is one cause.",
+            "The error came while loading; loading a checkpoint "
+            + ("" if cpu_only(trace) else "onto the GPU ")
+            + "is one cause.",
             [],
-            to_confirm="check `map_location` in torch.load",
+            to_confirm=_to_confirm(trace),
             frameworks=frameworks(trace, fail.oom),
+            fixes=_fixes_under(trace, fail),
         )
 
     def _recorded_spike(self, trace: Trace, fail: Failure | None) -> Finding | None:
@@ -201,6 +229,24 @@ model trains fine once loaded.
             )
             return self.finding(trace, signals, summary, evidence, frameworks=frameworks(trace))
         return None
+
+
+def _to_confirm(trace: Trace) -> str:
+    if cpu_only(trace):
+        return (
+            "build the model on the meta device and load with `assign=True`; the peak while "
+            "loading should drop by the size of the weights"
+        )
+    return 'check `map_location` in torch.load; load to "cpu" and compare'
+
+
+def _fixes_under(trace: Trace, fail: Failure) -> tuple[Fix, ...]:
+    """The rule's fixes, less a memory-mapped load where an address-space cap applied: a
+    mapping counts against the cap as much as a copy does, so it cannot help there."""
+    limits = host_limits(trace, fail.pid, fail.host)
+    if not (limits and limits[0].kind == "rlimit-as"):
+        return RULE.fixes
+    return tuple(f for f in RULE.fixes if "mmap=True" not in f.code)
 
 
 def _in_checkpoint_file(fail: Failure) -> bool:

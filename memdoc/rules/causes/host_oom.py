@@ -229,6 +229,7 @@ class HostOom(RuleSpec):
     slug = "host-oom"
     code = "MD019"
     title = "The host, not the GPU, ran out of memory"
+    host_title = "The host ran out of memory"
     what = """
 The job died because the machine (or its container's memory limit) ran out of RAM or shared
 memory. The kernel's OOM killer sends SIGKILL, so the program prints no Python error: the
