@@ -137,7 +137,7 @@ class Session:
             if merged:
                 # A bad value must not kill the sampler.
                 with contextlib.suppress(Exception):
-                    self.sink.samples(now, merged)
+                    self.samples(now, merged)
 
     def _drop(self, collector: Collector, reason: str, hint: str | None) -> None:
         self._active.remove(collector)

@@ -8,6 +8,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
@@ -17,11 +18,17 @@ from memdoc.collectors.launcher import first_int, launcher_ranks
 from memdoc.collectors.registry import agent_collectors
 from memdoc.run.channel import ENV_INTERVAL, ENV_SOCKET, AgentChannel
 from memdoc.run.handled import exit_recording_error_in_hand, watch_caught_errors
+from memdoc.run.settle import SettleRule
 from memdoc.session import DEFAULT_INTERVAL_S, Session, host_memory_now
-from memdoc.trace.model import CollectorStatus, EventKind, ProcessInfo
+from memdoc.trace.model import CollectorStatus, EventKind, ProcessInfo, SeriesKey
 
 # Set by `memdoc headroom`: end the program cleanly after this many steps.
 ENV_STOP_AFTER_STEPS = "MEMDOC_STOP_AFTER_STEPS"
+# ... and, where set, only once this many steps in a row have not raised the peak (see
+# settle.py), at most at MEMDOC_MAX_STEPS steps or MEMDOC_SETTLE_S seconds of stepping.
+ENV_SETTLE_STEPS = "MEMDOC_SETTLE_STEPS"
+ENV_MAX_STEPS = "MEMDOC_MAX_STEPS"
+ENV_SETTLE_S = "MEMDOC_SETTLE_S"
 
 _state: dict[str, Any] = {}
 
@@ -29,22 +36,88 @@ _state: dict[str, Any] = {}
 class StepLimitedSession(Session):
     """A session that ends the program with exit status 0 once it has counted
     `stop_after_steps` steps (only when asked to: a headroom probe needs a few steps, not a
-    whole training run). The stop event carries the process's address-space high-water
-    mark, which the sampler may miss between two samples."""
+    whole training run), or, with a `settle` rule, once the peak has stopped rising after
+    them. The stop event carries the process's address-space high-water mark, which the
+    sampler may miss between two samples."""
 
     stop_after_steps: int | None = None
+    settle: SettleRule | None = None
 
     def tick(self) -> None:
         super().tick()
         if isinstance(self.sink, AgentChannel):
             self.sink.pump()  # what the program queued since the last send goes out now
 
+    def samples(self, unix_t: float, values: Mapping[SeriesKey, int | float]) -> None:
+        super().samples(unix_t, values)
+        if self.settle is not None:
+            self._sampled_peaks = _usage_maxima(getattr(self, "_sampled_peaks", {}), values)
+
     def step(self, source: str = "user", **data: Any) -> int:
         number = super().step(source, **data)
-        if self.stop_after_steps is not None and number >= self.stop_after_steps:
-            self.emit(EventKind.STOP, {"after_steps": number, "host": _host_peaks()})
-            raise SystemExit(0)
+        if self.stop_after_steps is None:
+            return number
+        if self.settle is None:
+            if number >= self.stop_after_steps:
+                self._end_probe(number, {})
+            return number
+        now_s = time.monotonic()
+        host = _host_peaks()
+        peaks = {k: float(v) for k, v in host.items() if k.endswith("_peak_bytes")}
+        peaks.update(getattr(self, "_sampled_peaks", {}))
+        self.settle.observe(number, now_s, peaks)
+        if self.settle.done(number, now_s, evaluating=_evaluating()):
+            rule = self.settle
+            self._end_probe(
+                number,
+                {"settled": rule.settled, "why": rule.why, "last_rise_step": rule.last_rise_step},
+                host,
+            )
         return number
+
+    def _end_probe(
+        self, number: int, data: dict[str, Any], host: dict[str, int] | None = None
+    ) -> None:
+        payload = {"after_steps": number, "host": host or _host_peaks(), **data}
+        self.emit(EventKind.STOP, payload)
+        raise SystemExit(0)
+
+
+def settle_rule(environ: Mapping[str, str], min_steps: int | None) -> SettleRule | None:
+    """The settle rule `memdoc headroom` asked for in the environment; None when it asked
+    for a fixed number of steps (or none)."""
+    quiet = first_int(environ, (ENV_SETTLE_STEPS,))
+    if min_steps is None or quiet is None:
+        return None
+    max_steps = first_int(environ, (ENV_MAX_STEPS,)) or max(min_steps, 1) * 4
+    try:
+        max_s = float(environ.get(ENV_SETTLE_S, "300"))
+    except ValueError:
+        max_s = 300.0
+    return SettleRule(min_steps, quiet, max(max_steps, min_steps), max_s)
+
+
+def _usage_maxima(
+    known: dict[str, float], values: Mapping[SeriesKey, int | float]
+) -> dict[str, float]:
+    """`known` with the highest value yet of every series that runs into a limit (address
+    space, a framework's pool, a GPU's memory), by series."""
+    from memdoc.forecast.budget import budget_for, peak_source
+
+    out = dict(known)
+    for key, value in values.items():
+        if budget_for(key) is None and peak_source(key) is None:
+            continue
+        name = f"{key.metric}:{key.device}:{key.pid}"
+        out[name] = max(float(value), out.get(name, float("-inf")))
+    return out
+
+
+def _evaluating() -> bool:
+    """A framework loop is in its evaluation or prediction phase now."""
+    from memdoc.collectors.loops import hub
+
+    return hub.current_phase() in (hub.EVAL, hub.PREDICT)
 
 
 def _host_peaks() -> dict[str, int]:
@@ -80,6 +153,7 @@ def _start() -> None:
         channel, [*agent_collectors(), LaunchRankWatcher()], interval_s=interval_s
     )
     session.stop_after_steps = first_int(os.environ, (ENV_STOP_AFTER_STEPS,))
+    session.settle = settle_rule(os.environ, session.stop_after_steps)
     channel.process(
         ProcessInfo(
             pid=os.getpid(),
