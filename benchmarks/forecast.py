@@ -146,7 +146,7 @@ def batch_row(case: BatchCase, folder: Path) -> str:
             size -= case.multiple_of
         truth = size
     probes = len(result.probes)
-    dominant = result.fit.dominant
+    dominant = result.fit.dominant if result.fit is not None else "no fit"
     return (
         f"| {case.name} | {truth} | {answer} ({'measured' if result.measured else 'extrapolated'}, "
         f"{probes} probes, {dominant} dominates) | {(answer - truth) / truth:+.1%} | "

@@ -30,13 +30,16 @@ def headroom(
     command: Sequence[str],
     sizes: Sequence[int] = (8, 16, 32),
     *,
-    steps: int = 5,
+    steps: int = 8,
     margin: float = 0.05,
     multiple_of: int = 1,
 ) -> Headroom:
     """The largest batch size that fits: `command` (with `{}` where the size goes) is run
-    under `memdoc run` for `steps` steps at each size, memory is fitted as fixed + per-sample
-    × size, and the predicted answer is run too. `result.largest_size` is the answer.
+    under `memdoc run` at each size, at least `steps` steps and on until its peak stops
+    rising; sizes are probed up to one that runs out, then bisected until the largest that
+    trains and the smallest that does not are adjacent multiples. `result.largest_size` is
+    the answer (a size that ran), `result.too_big` the size above it that did not;
+    `result.at_least` when every probe trained.
 
         memdoc.headroom(["python", "train.py", "--batch-size", "{}"], sizes=(16, 32, 64))
 

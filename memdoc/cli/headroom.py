@@ -13,10 +13,16 @@ from memdoc.run.group import PROBE_TIMEOUT_S
 from memdoc.units import format_bytes, format_percent
 
 if TYPE_CHECKING:
+    from memdoc.forecast.headroom import HeadroomFit
     from memdoc.run.headroom import Headroom
 
+# memdoc.run.headroom's defaults, written here so that building the parser imports no
+# search (a test holds the two equal).
+DEFAULT_STEPS = 8
+DEFAULT_REFINE = 6
+
 NAME = "headroom"
-HELP = "run a few steps at a few batch sizes and say the largest that fits"
+HELP = "probe batch sizes until one trains and the next runs out: the largest that fits"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="sizes to probe, two or three, put where {} is (default 8,16,32)",
     )
     parser.add_argument(
-        "--steps", type=int, default=5, metavar="N", help="steps per probe (default 5)"
+        "--steps",
+        type=int,
+        default=DEFAULT_STEPS,
+        metavar="N",
+        help=f"steps each probe runs at least, then on until its peak stops rising (default "
+        f"{DEFAULT_STEPS})",
     )
     parser.add_argument(
         "--margin",
@@ -43,9 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--refine",
         type=int,
-        default=4,
+        default=DEFAULT_REFINE,
         metavar="N",
-        help="probes at the predicted answer, refitting near it (default 4; 0: fit only)",
+        help="probes after the first sizes, growing to a size that runs out, then bisecting "
+        f"(default {DEFAULT_REFINE}; 0: the first sizes only)",
     )
     parser.add_argument(
         "--keep",
@@ -105,37 +117,34 @@ def run(args: argparse.Namespace) -> int:
 
 
 def text_lines(result: Headroom) -> list[str]:
-    fit = result.fit
-    lines = [f"memdoc headroom: limit {format_bytes(fit.limit_bytes, 2)} ({result.limit_label})"]
+    limit = "no limit recorded"
+    if result.limit_bytes is not None:
+        limit = f"limit {format_bytes(result.limit_bytes, 2)} ({result.limit_label})"
+    lines = [f"memdoc headroom: {limit}"]
     for p in result.probes:
         if p.oom:
             lines.append(f"  size {p.size:>6}: ran out of memory")
         elif p.reading is not None:
+            settled = "" if p.settled is None else ", settled" if p.settled else ", still rising"
             lines.append(
                 f"  size {p.size:>6}: peak {format_bytes(p.reading.peak_bytes, 2)} "
-                f"over {p.steps} steps"
+                f"over {p.steps} steps{settled}"
             )
-    lines.append(
-        f"  fit: {format_bytes(fit.fixed_bytes, 2)} fixed + {format_bytes(fit.per_size_bytes)} "
-        f"per unit of size (worst point {format_percent(fit.max_relative_error)} off the line)"
-    )
+    fit = result.fit
+    if fit is not None:
+        lines.append(
+            f"  fit: {format_bytes(fit.fixed_bytes, 2)} fixed + "
+            f"{format_bytes(fit.per_size_bytes)} per unit of size (worst point "
+            f"{format_percent(fit.max_relative_error)} off the line); {_fit_says(fit)}"
+        )
     for note in result.notes:
         lines.append(f"  note: {note}")
-    size = fit.largest_size
-    if size is None:
-        lines.append(
-            f"  nothing fits: the fixed part alone needs {format_bytes(fit.fixed_bytes)} of "
-            f"{format_bytes(fit.usable_bytes)} usable"
-        )
+    lines.append(f"  {_answer_line(result)}")
+    size = result.largest_size
+    if fit is None or size is None or fit.per_size_bytes <= 0:
         return lines
     predicted = fit.predicted_bytes(size)
-    how = "measured" if result.measured else "extrapolated"
-    lines.append(
-        f"  largest size that fits: {size} ({how}: about {format_bytes(predicted, 2)}, keeping "
-        f"{format_percent(fit.margin)} of the limit free)"
-    )
-    per_size = fit.per_size_bytes * size
-    share = per_size / predicted if predicted else 0.0
+    share = fit.per_size_bytes * size / predicted if predicted else 0.0
     if fit.dominant == "per-sample":
         lines.append(
             f"  the per-sample term dominates ({format_percent(share)}): activations; "
@@ -149,25 +158,68 @@ def text_lines(result: Headroom) -> list[str]:
     return lines
 
 
+def _fit_says(fit: HeadroomFit) -> str:
+    if fit.largest_size is None:
+        return "it finds no limit (the peaks do not rise with the size)"
+    low, high = fit.largest_low, fit.largest_high
+    spread = ""
+    if low is not None and (low, high) != (fit.largest_size, fit.largest_size):
+        spread = f" (range {low}–{high if high is not None else 'no limit'})"
+    return f"it puts the limit near {fit.largest_size}{spread}"
+
+
+def _answer_line(result: Headroom) -> str:
+    size, too_big, k = result.largest_size, result.too_big, result.multiple_of
+    kept = "at the limit itself"
+    if result.margin > 0:
+        kept = f"keeping {format_percent(result.margin)} of the limit free"
+    if size is None:
+        trained = [p.size for p in result.probes if p.fits(result.margin)]
+        if trained:
+            return f"no multiple of {k} fits: {max(trained)} trains, {too_big} does not ({kept})"
+        return f"nothing fits: size {too_big}, the smallest probed, does not ({kept})"
+    if too_big is None:
+        return (
+            f"largest size that fits: at least {size} (every probe trained, {kept}; "
+            "probe larger sizes with --sizes or more probes with --refine)"
+        )
+    closed = "" if size + k >= too_big else " (the probes ended before the two met)"
+    return (
+        f"largest size that fits: {size} (measured: trains at {size}, {_fails(result)} at "
+        f"{too_big}{closed}; {kept})"
+    )
+
+
+def _fails(result: Headroom) -> str:
+    over = [p for p in result.probes if p.size == result.too_big]
+    return "runs out" if any(p.oom for p in over) else "goes over the margin"
+
+
 def as_json(result: Headroom) -> dict[str, Any]:
     fit = result.fit
     return {
-        "limit_bytes": fit.limit_bytes,
+        "limit_bytes": result.limit_bytes,
         "limit": result.limit_label,
         "probes": [
             {
                 "size": p.size,
                 "steps": p.steps,
                 "oom": p.oom,
+                "settled": p.settled,
                 "peak_bytes": p.reading.peak_bytes if p.reading else None,
             }
             for p in result.probes
         ],
-        "fixed_bytes": fit.fixed_bytes,
-        "per_size_bytes": fit.per_size_bytes,
-        "margin": fit.margin,
-        "largest_size": fit.largest_size,
+        "fixed_bytes": fit.fixed_bytes if fit else None,
+        "per_size_bytes": fit.per_size_bytes if fit else None,
+        "fit_largest_size": fit.largest_size if fit else None,
+        "fit_range": [fit.largest_low, fit.largest_high] if fit else None,
+        "margin": result.margin,
+        "multiple_of": result.multiple_of,
+        "largest_size": result.largest_size,
+        "at_least": result.at_least,
+        "too_big": result.too_big,
         "measured": result.measured,
-        "dominant": fit.dominant,
+        "dominant": fit.dominant if fit and result.largest_size is not None else None,
         "notes": list(result.notes),
     }

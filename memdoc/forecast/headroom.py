@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memdoc.forecast.budget import Budget, budget_for, peak_source
+from memdoc.forecast.fit import theil_sen
 from memdoc.trace.model import EventKind, Metric
 from memdoc.trace.reader import Trace
 
@@ -31,15 +32,22 @@ class SizePeak:
 
 @dataclass(frozen=True)
 class HeadroomFit:
-    """peak = fixed_bytes + per_size_bytes × size, and what follows for the limit."""
+    """peak = fixed_bytes + per_size_bytes × size, and the size it puts at the limit.
+
+    The fit only chooses where to probe next: the answer of a search is a size that ran.
+    """
 
     fixed_bytes: float
     per_size_bytes: float
     limit_bytes: float
     margin: float  # share of the limit kept free
-    largest_size: int | None  # None: not even the fixed part fits
+    largest_size: int | None  # the fit's size at the limit; None: it finds no limit
     multiple_of: int
     max_relative_error: float  # worst distance of a measured point from the line, relative
+    # The sizes at the limit that the ends of the slope's interval give (Theil–Sen with
+    # Sen's 90% interval from three sizes on); None at the high end: no limit in reach.
+    largest_low: int | None = None
+    largest_high: int | None = None
 
     @property
     def usable_bytes(self) -> float:
@@ -93,41 +101,64 @@ def fit_headroom(
     multiple_of: int = 1,
     below: int | None = None,
 ) -> HeadroomFit | None:
-    """Least-squares line through the measured sizes; None with fewer than two sizes.
+    """A line through every measured size, robust to a noisy peak; None with fewer than two
+    sizes.
 
-    `below` is a size known not to fit (a probe ran out of memory): the answer stays under it.
+    From three sizes on it is Theil–Sen's (the median of the pairwise slopes, with Sen's
+    interval): one peak that did not rise with its size moves it little. Two sizes give
+    their secant. A slope that is not positive finds no limit (`largest_size` None); it
+    never says that nothing fits, which only a probe can say. `below` is a size known not to
+    fit (a probe ran out of memory): the sizes named stay under it.
     """
     sizes = sorted({p.size for p in points})
     if len(sizes) < 2:
         return None
-    n = len(points)
-    mean_x = sum(p.size for p in points) / n
-    mean_y = sum(p.peak_bytes for p in points) / n
-    sxx = sum((p.size - mean_x) ** 2 for p in points)
-    slope = sum((p.size - mean_x) * (p.peak_bytes - mean_y) for p in points) / sxx
-    slope = max(slope, 0.0)
-    fixed = mean_y - slope * mean_x
+    xs = [float(p.size) for p in points]
+    ys = [p.peak_bytes for p in points]
+    robust = theil_sen(xs, ys) if len(sizes) >= 3 else None
+    if robust is not None:
+        slope, fixed = robust.slope, robust.intercept
+        ends = [(s, robust.intercept_for(s, xs, ys)) for s in (robust.slope_high, robust.slope_low)]
+    else:
+        slope, fixed = _secant(points)
+        ends = [(slope, fixed), (slope, fixed)]
     error = max(abs(p.peak_bytes - fixed - slope * p.size) / p.peak_bytes for p in points)
     usable = limit_bytes * (1.0 - margin)
-    largest: int | None
-    if fixed >= usable:
-        largest = None
-    elif slope <= 0:
-        largest = None  # memory does not grow with the size: no largest size to name
-    else:
-        raw = math.floor((usable - fixed) / slope + 1e-9)  # 199.99999… is 200
-        if below is not None:
-            raw = min(raw, below - 1)
-        largest = raw - raw % multiple_of if raw >= multiple_of else None
+    low, high = (_size_at(s, f, usable, multiple_of, below) for s, f in ends)
     return HeadroomFit(
         fixed_bytes=fixed,
         per_size_bytes=slope,
         limit_bytes=limit_bytes,
         margin=margin,
-        largest_size=largest,
+        largest_size=_size_at(slope, fixed, usable, multiple_of, below),
         multiple_of=multiple_of,
         max_relative_error=error,
+        largest_low=low,
+        largest_high=high,
     )
+
+
+def _secant(points: Sequence[SizePeak]) -> tuple[float, float]:
+    """(slope, intercept) of the least-squares line: the secant when there are two sizes."""
+    n = len(points)
+    mean_x = sum(p.size for p in points) / n
+    mean_y = sum(p.peak_bytes for p in points) / n
+    sxx = sum((p.size - mean_x) ** 2 for p in points)
+    slope = sum((p.size - mean_x) * (p.peak_bytes - mean_y) for p in points) / sxx
+    return slope, mean_y - slope * mean_x
+
+
+def _size_at(
+    slope: float, fixed: float, usable: float, multiple_of: int, below: int | None
+) -> int | None:
+    """The largest multiple of `multiple_of` the line keeps under `usable` (and under
+    `below`); None where the line does not rise, or is over `usable` from the start."""
+    if slope <= 0 or fixed >= usable:
+        return None
+    raw = math.floor((usable - fixed) / slope + 1e-9)  # 199.99999… is 200
+    if below is not None:
+        raw = min(raw, below - 1)
+    return raw - raw % multiple_of if raw >= multiple_of else None
 
 
 def _stop_peaks(trace: Trace) -> dict[int, float]:
@@ -153,9 +184,3 @@ def _lowest_limit(trace: Trace, budget: Budget) -> tuple[float | None, str]:
     if budget.total_device is not None:
         return trace.device_total_bytes(budget.total_device), budget.total_label
     return None, budget.label
-
-
-def nearest_pair(points: Sequence[SizePeak]) -> list[SizePeak]:
-    """The two largest measured sizes: their secant is the best slope near the limit, where
-    the allocator's behaviour at large requests shows and small sizes no longer matter."""
-    return sorted(points, key=lambda p: p.size)[-2:]

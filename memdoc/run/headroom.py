@@ -1,4 +1,5 @@
-"""Find the largest batch size that fits: run a few steps at a few sizes, fit, extrapolate."""
+"""Find the largest batch size that fits: probe sizes until one trains and the next multiple
+runs out, a robust fit choosing where to probe."""
 
 from __future__ import annotations
 
@@ -10,32 +11,38 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from memdoc.errors import InputError, MemdocError
 from memdoc.files import open_output, output_folder
-from memdoc.forecast.headroom import (
-    HeadroomFit,
-    PeakReading,
-    SizePeak,
-    fit_headroom,
-    nearest_pair,
-    run_peak,
+from memdoc.forecast.bracket import Bracket, Outcome, next_size
+from memdoc.forecast.headroom import HeadroomFit, PeakReading, SizePeak, fit_headroom, run_peak
+from memdoc.run.agent import (
+    ENV_MAX_STEPS,
+    ENV_SETTLE_S,
+    ENV_SETTLE_STEPS,
+    ENV_STOP_AFTER_STEPS,
 )
-from memdoc.run.agent import ENV_STOP_AFTER_STEPS
 from memdoc.run.group import PROBE_TIMEOUT_S, run_in_own_group
+from memdoc.trace.model import EventKind
 from memdoc.trace.reader import load_trace
 
 PLACEHOLDER = "{}"
 DEFAULT_SIZES = (8, 16, 32)
-DEFAULT_STEPS = 5
+# A probe runs at least this many steps, then on until its peak stops rising (see agent.py):
+# the optimizer's first step and a first evaluation often raise it after the first steps.
+DEFAULT_STEPS = 8
+# ... until SETTLE_STEPS steps in a row have not raised it, and never past MAX_STEPS_FACTOR
+# times the steps asked for (at least MIN_MAX_STEPS) nor past SETTLE_S seconds of stepping.
+SETTLE_STEPS = 3
+MAX_STEPS_FACTOR = 4
+MIN_MAX_STEPS = 24
+SETTLE_S = 300.0
 DEFAULT_MARGIN = 0.05
-# Probes at the predicted answer, each refitting near it.
-DEFAULT_REFINE = 4
-# A probe is at most this many times the largest size that trained: evidence first.
-MAX_GROWTH = 4
+# Probes after the first sizes: growing to a size that runs out, then bisecting.
+DEFAULT_REFINE = 6
 
 
 @dataclass(frozen=True)
@@ -49,21 +56,48 @@ class Probe:
     reading: PeakReading | None
     trace_path: Path | None  # None: the probes' folder was temporary, and is gone
     last_error_line: str = ""
+    settled: bool | None = None  # the peak had stopped rising when it ended; None: no stop
+
+    def fits(self, margin: float) -> bool:
+        """It trained, with its peak under the limit less the share kept free."""
+        if self.oom:
+            return False
+        reading = self.reading
+        return reading is None or reading.peak_bytes <= reading.limit_bytes * (1.0 - margin)
 
 
 @dataclass(frozen=True)
 class Headroom:
-    """The probes, the line fitted through them, and the limit that applies."""
+    """The probes, the answer they bracket, and the line fitted through them.
+
+    `largest_size` is a size that ran: the largest multiple asked for that trained under the
+    limit less the margin. `too_big` is the smallest size that did not (ran out, or went over
+    the margin); None when every probe fitted, and the answer is then "at least" that size.
+    """
 
     probes: tuple[Probe, ...]
-    fit: HeadroomFit
+    fit: HeadroomFit | None  # None with fewer than two sizes that fitted
     limit_label: str
+    limit_bytes: float | None
+    margin: float
+    multiple_of: int
+    largest_size: int | None
+    too_big: int | None
     notes: tuple[str, ...] = field(default=())
-    measured: bool = False  # the answer was itself run, not only extrapolated
 
     @property
-    def largest_size(self) -> int | None:
-        return self.fit.largest_size
+    def at_least(self) -> bool:
+        """Every probe fitted: the answer is a lower bound, no size above it was seen to fail."""
+        return self.largest_size is not None and self.too_big is None
+
+    @property
+    def measured(self) -> bool:
+        """The answer itself ran (always so for an answer: it is never extrapolated)."""
+        return self.largest_size is not None
+
+    @property
+    def usable_bytes(self) -> float | None:
+        return None if self.limit_bytes is None else self.limit_bytes * (1.0 - self.margin)
 
 
 def command_for(template: Sequence[str], size: int) -> list[str]:
@@ -122,6 +156,7 @@ def probe(
         trace = load_trace(trace_path)
     except MemdocError as exc:
         raise MemdocError(f"size {size}: no trace was recorded ({exc.message})") from None
+    stops = trace.events(EventKind.STOP)
     return Probe(
         size=size,
         status=status,
@@ -130,12 +165,16 @@ def probe(
         reading=run_peak(trace),
         trace_path=trace_path,
         last_error_line=_last_line(log_path),
+        settled=bool(stops[-1].data.get("settled")) if stops else None,
     )
 
 
 def _probe_environment(steps: int) -> dict[str, str]:
     env = dict(os.environ)
     env[ENV_STOP_AFTER_STEPS] = str(steps)
+    env[ENV_SETTLE_STEPS] = str(SETTLE_STEPS)
+    env[ENV_MAX_STEPS] = str(max(MAX_STEPS_FACTOR * steps, MIN_MAX_STEPS))
+    env[ENV_SETTLE_S] = repr(SETTLE_S)
     env.pop("MEMDOC_AGENT", None)  # a headroom search inside a watched run starts afresh
     return env
 
@@ -185,9 +224,6 @@ class _Search:
                 "Face callbacks' steps, and memdoc.step() in your own loop",
             )
 
-    def trained(self) -> list[int]:
-        return [p.size for p in self.probes if not p.oom and p.reading is not None]
-
 
 def find_headroom(
     template: Sequence[str],
@@ -200,21 +236,22 @@ def find_headroom(
     refine: int = DEFAULT_REFINE,
     timeout_s: float = PROBE_TIMEOUT_S,
 ) -> Headroom:
-    """Probe each size, fit memory against size, and say the largest size that fits.
+    """Probe sizes until the largest that trains and the smallest that runs out are adjacent
+    multiples of `multiple_of` (or the probes are spent), and say the largest that trained.
 
     Each probe's trace and output go to `workdir` (created if missing), else to a temporary
     folder removed at the end, also on an error or an interrupt.
 
     Raises:
         InputError: a bad command, size list or setting.
-        MemdocError: a size failed for a reason other than memory, reported no step, ran past
-            `timeout_s`, or too few sizes ran.
+        MemdocError: a size failed for a reason other than memory, reported no step, or ran
+            past `timeout_s`.
     """
     check_template(template, sizes)
     _check_settings(margin=margin, multiple_of=multiple_of, steps=steps, timeout_s=timeout_s)
     with _probe_folder(workdir) as folder:
         search = _Search(template, steps, folder, workdir is not None, timeout_s)
-        result = _search(search, sorted(set(sizes)), margin, multiple_of, refine)
+        result = search_sizes(search.run, sorted(set(sizes)), margin, multiple_of, refine)
     if workdir is None:  # the traces went with the folder
         probes = tuple(dataclasses.replace(p, trace_path=None) for p in result.probes)
         result = dataclasses.replace(result, probes=probes)
@@ -245,68 +282,88 @@ def _probe_folder(workdir: str | os.PathLike[str] | None) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _search(
-    search: _Search, sizes: Sequence[int], margin: float, multiple_of: int, refine: int
+def search_sizes(
+    run: Callable[[int], Probe],
+    sizes: Sequence[int],
+    margin: float,
+    multiple_of: int,
+    refine: int,
 ) -> Headroom:
+    """Probe `sizes` in order (those at or above a size that ran out are skipped), then up to
+    `refine` more sizes: growing until one runs out, then bisecting between the largest that
+    fitted and the smallest that did not, until they are adjacent multiples of
+    `multiple_of`. The fit through the sizes that fitted only chooses where to probe.
+
+    Raises:
+        MemdocError: see `probe` (through `run`).
+    """
+    probes: list[Probe] = []
     for size in sizes:
-        search.run(size)
-    probes = search.probes
-    good = [p for p in probes if not p.oom and p.reading is not None]
-    notes = [f"size {p.size} ran out of memory while probing" for p in probes if p.oom]
-    if len(good) < 2:
-        raise MemdocError(
-            f"only {len(good)} size(s) ran without running out of memory; two are needed",
-            hint="probe smaller sizes, e.g. --sizes 2,4,8",
-        )
-    readings = [p.reading for p in good if p.reading is not None]
-    tightest = min(readings, key=lambda r: r.limit_bytes)
-    limit = tightest.limit_bytes
-    points = [SizePeak(p.size, p.reading.peak_bytes) for p in good if p.reading is not None]
-    too_big = min((p.size for p in probes if p.oom), default=None)
-    fit = fit_headroom(points, limit, margin=margin, multiple_of=multiple_of, below=too_big)
-    if fit is None:
-        raise MemdocError("two different sizes are needed for a fit")
-    # Extrapolating far from the probed sizes misses what large requests cost (allocator
-    # thresholds, fragmentation): run the answer itself, and refit near it; never more than
-    # a few times the largest size that trained at once.
+        if any(not p.fits(margin) and p.size <= size for p in probes):
+            continue
+        probes.append(run(size))
+    in_bracket = 0
     for _ in range(refine):
-        if fit.largest_size is None:
-            break
-        candidate = next_probe(fit.largest_size, search.trained(), multiple_of)
-        if candidate in {p.size for p in probes}:
-            break
-        checked = search.run(candidate)
-        if checked.oom or checked.reading is None:
-            too_big = min(candidate, too_big or candidate)
-        else:
-            points.append(SizePeak(candidate, checked.reading.peak_bytes))
-        fit = (
-            fit_headroom(
-                nearest_pair(points), limit, margin=margin, multiple_of=multiple_of, below=too_big
-            )
-            or fit
+        outcomes = [Outcome(p.size, p.fits(margin)) for p in probes]
+        bracket = Bracket.of(outcomes)
+        fit = _fit(probes, margin, multiple_of, bracket.too_big)
+        closed_in = bracket.fits is not None and bracket.too_big is not None
+        following = next_size(
+            outcomes,
+            multiple_of,
+            predicted=fit.largest_size if fit is not None else None,
+            use_fit=in_bracket % 2 == 0,
         )
-    ran = set(search.trained())
-    if too_big is not None and fit.largest_size not in ran:
-        # Between a size that ran and one that ran out, a line is only a guess: answer with
-        # the largest size that really ran.
-        below = [s for s in ran if s < too_big and s % multiple_of == 0]
-        if below:
-            fit = dataclasses.replace(fit, largest_size=max(below))
-    measured = fit.largest_size in ran
-    return Headroom(tuple(probes), fit, tightest.limit_label, tuple(notes), measured)
+        if following is None:
+            break
+        in_bracket += closed_in
+        probes.append(run(following))
+    return _answer(probes, margin, multiple_of)
 
 
-def next_probe(predicted: int, trained: Sequence[int], multiple_of: int) -> int:
-    """The size to run next: the predicted answer, but no more than MAX_GROWTH times the
-    largest size that trained (rounded down to `multiple_of`, and at least the next
-    multiple above it): a line through small sizes says little about huge ones, and a huge
-    probe can take the whole machine."""
-    largest = max(trained)
-    cap = MAX_GROWTH * largest
-    cap -= cap % multiple_of
-    cap = max(cap, largest + multiple_of - largest % multiple_of)
-    return min(predicted, cap)
+def _fit(
+    probes: Sequence[Probe], margin: float, multiple_of: int, too_big: int | None
+) -> HeadroomFit | None:
+    """The robust line through every size that fitted, against the tightest limit seen."""
+    readings = [p.reading for p in probes if p.reading is not None]
+    if not readings:
+        return None
+    limit = min(readings, key=lambda r: r.limit_bytes).limit_bytes
+    points = [
+        SizePeak(p.size, p.reading.peak_bytes)
+        for p in probes
+        if p.fits(margin) and p.reading is not None
+    ]
+    return fit_headroom(points, limit, margin=margin, multiple_of=multiple_of, below=too_big)
+
+
+def _answer(probes: Sequence[Probe], margin: float, multiple_of: int) -> Headroom:
+    outcomes = [Outcome(p.size, p.fits(margin)) for p in probes]
+    bracket = Bracket.of(outcomes)
+    readings = [p.reading for p in probes if p.reading is not None]
+    tightest = min(readings, key=lambda r: r.limit_bytes) if readings else None
+    notes = []
+    for p in probes:
+        if p.oom:
+            notes.append(f"size {p.size} ran out of memory while probing")
+        elif not p.fits(margin):
+            notes.append(f"size {p.size} trained, but over the share of the limit kept free")
+    if bracket.fits is not None and any(not o.fits and o.size < bracket.fits for o in outcomes):
+        notes.append(
+            "a size ran out below one that trained: runs differ near the limit, so the "
+            "answer is under the smallest size that did not fit"
+        )
+    return Headroom(
+        probes=tuple(probes),
+        fit=_fit(probes, margin, multiple_of, bracket.too_big),
+        limit_label=tightest.limit_label if tightest else "no limit recorded",
+        limit_bytes=tightest.limit_bytes if tightest else None,
+        margin=margin,
+        multiple_of=multiple_of,
+        largest_size=bracket.answer(outcomes, multiple_of),
+        too_big=bracket.too_big,
+        notes=tuple(notes),
+    )
 
 
 def _last_line(path: Path) -> str:
