@@ -78,6 +78,7 @@ class HostCollector:
             self._refresh_tree(unix_t)
         values: Values = {}
         total = 0
+        anon: int | None = None  # None where the platform does not tell file pages apart
         for pid, proc in list(self._procs.items()):
             try:
                 info = proc.memory_info()
@@ -86,12 +87,19 @@ class HostCollector:
                 continue
             rss = info.rss
             values[SeriesKey(Metric.HOST_RSS, pid=pid)] = rss
+            shared = getattr(info, "shared", None)  # file and shared pages (Linux)
+            if shared is not None:
+                own = max(rss - shared, 0)
+                values[SeriesKey(Metric.HOST_ANON, pid=pid)] = own
+                anon = own + (anon or 0)
             if SeriesKey(Metric.HOST_RLIMIT_AS, pid=pid) in self._system:
                 # Only where a cap applies: then the room left is the cap minus this.
                 values[SeriesKey(Metric.HOST_VMS, pid=pid)] = info.vms
             total += rss
         if self._procs:
             values[SeriesKey(Metric.HOST_RSS)] = total
+            if anon is not None:
+                values[SeriesKey(Metric.HOST_ANON)] = anon
         if unix_t - self._last_system >= SYSTEM_REFRESH_S:
             self._last_system = unix_t
             self._read_system()

@@ -41,7 +41,7 @@ def budget_for(key: SeriesKey) -> Budget | None:
         )
     if metric == Metric.CGROUP_USAGE:
         return Budget(key, SeriesKey(Metric.CGROUP_LIMIT), "cgroup memory limit")
-    if metric == Metric.HOST_RSS and pid is None:
+    if metric in (Metric.HOST_ANON, Metric.HOST_RSS) and pid is None:
         return Budget(key, SeriesKey(Metric.HOST_TOTAL), "host RAM")
     if metric == Metric.GPU_USED and device is not None:
         return Budget(key, SeriesKey(Metric.GPU_TOTAL, device), f"GPU {device} total", device)
@@ -56,6 +56,15 @@ def budget_for(key: SeriesKey) -> Budget | None:
         return Budget(key, limit, f"{name} memory limit on GPU {device}", device)
     if quantity == Metric.ALLOCATED and device < 0:
         return Budget(key, limit, f"{name} host allocator limit")
+    return None
+
+
+def superseded_by(key: SeriesKey) -> SeriesKey | None:
+    """The series whose budget replaces this one's where both are recorded: the job's
+    resident memory runs into the RAM as its own part does (`host.anon`), since the file
+    pages that RSS also counts are given back under pressure before anything runs out."""
+    if key.metric == Metric.HOST_RSS and key.pid is None:
+        return SeriesKey(Metric.HOST_ANON)
     return None
 
 
@@ -140,7 +149,7 @@ def trace_step_series(trace: Trace, *, until_s: float | None = None) -> list[Ste
             peaks_of.setdefault(base, []).append(key)
     for key in keys:
         budget = budget_for(key)
-        if budget is None:
+        if budget is None or superseded_by(key) in keys:
             continue
         sources = [_times_values(trace, k) for k in (key, *peaks_of.get(key, []))]
         peaks = step_peaks(step_times, sources)

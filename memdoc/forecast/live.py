@@ -10,7 +10,14 @@ import time
 from collections.abc import Callable, Mapping
 
 from memdoc.collectors.base import Sink
-from memdoc.forecast.budget import Budget, assemble, budget_for, is_limit, peak_source
+from memdoc.forecast.budget import (
+    Budget,
+    assemble,
+    budget_for,
+    is_limit,
+    peak_source,
+    superseded_by,
+)
 from memdoc.forecast.model import Forecast
 from memdoc.forecast.predict import analyse, earliest
 from memdoc.trace.model import (
@@ -146,6 +153,9 @@ class ForecastingSink:
             return
         budget = budget_for(key)
         base = peak_source(key)
+        if budget is not None and self._supersedes(key):
+            self._ignored.add(key)  # its budget is another series', recorded already
+            return
         if budget is not None:
             self._budgets[key] = budget
         elif base is not None:
@@ -154,6 +164,18 @@ class ForecastingSink:
             self._ignored.add(key)  # neither measured nor a limit: never looked at again
             return
         self._samples[key] = collections.deque([(unix_t, float(value))], maxlen=MAX_SAMPLES)
+
+    def _supersedes(self, key: SeriesKey) -> bool:
+        """True when `key`'s budget goes to a series already followed; a series that takes
+        over another's budget (see `superseded_by`) ends the forecast of the other."""
+        if superseded_by(key) in self._budgets:
+            return True
+        for old in [k for k in self._budgets if superseded_by(k) == key]:
+            del self._budgets[old]
+            self._samples.pop(old, None)
+            self._points.pop(old, None)
+            self._ignored.add(old)
+        return False
 
     def _close_step(self, number: int, unix_t: float) -> None:
         for key in self._budgets:

@@ -8,8 +8,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memdoc.report.downsample import DEFAULT_MAX_POINTS, minmax_downsample
-from memdoc.rules.facts import framework_name, step_curve
-from memdoc.rules.trend import fit_trend
+from memdoc.rules.facts import (
+    HOST_CURVE_LABELS,
+    Curve,
+    baseline_trend,
+    framework_name,
+    host_curve_metric,
+    step_curve,
+)
 from memdoc.trace import EventKind, Metric, Series, StepStat, Trace
 from memdoc.trace.ledger import run_pids
 from memdoc.trace.model import framework_metric
@@ -71,7 +77,7 @@ class StepTable:
     metric: str
     device: int | None
     rows: tuple[StepStat, ...]
-    growth_bytes_per_step: float | None  # fitted over the baselines from step 2 on
+    growth_bytes_per_step: float | None  # as the findings fit it: after warm-up, robust
     start_bytes: float | None = None  # the first value recorded, before step 1
 
 
@@ -184,28 +190,25 @@ def end_words(exit_code: int | None, sig: int | None) -> str:
 
 
 def step_tables(trace: Trace) -> list[StepTable]:
-    """Per-step tables: framework allocated per GPU (as the rules read it), and host RSS."""
+    """Per-step tables of the curves the rules read: framework allocated per GPU, and the
+    host memory the program owns (RSS where the trace does not tell file pages apart). The
+    growth per step is the one the findings quote (`baseline_trend`)."""
     if not trace.steps():
         return []
-    tables: list[StepTable] = []
+    curves = []
     for info in trace.devices():
         curve = step_curve(trace, info.index) if info.index >= 0 else None
         if curve is not None and curve.device == info.index:
-            series = trace.series(curve.metric, curve.device, curve.pid)
-            tables.append(_table(curve.label, series, curve.steps))
-    rss = trace.series(Metric.HOST_RSS)
-    if rss is not None:
-        rows = trace.per_step(Metric.HOST_RSS)
-        tables.append(_table("host RSS of the process tree", rss, rows))
-    return tables
+            curves.append(curve)
+    host = host_curve_metric(trace)
+    if host is not None:
+        curves.append(Curve(HOST_CURVE_LABELS[host], host, None, None, trace.per_step(host)))
+    return [_table(trace, curve) for curve in curves]
 
 
-def _table(title: str, series: Series | None, rows: Sequence[StepStat]) -> StepTable:
-    baselines = [r.baseline for r in rows[1:] if r.baseline is not None]
-    trend = fit_trend(baselines) if len(baselines) >= 3 else None
-    slope = trend.slope_per_step if trend is not None else None
+def _table(trace: Trace, curve: Curve) -> StepTable:
+    series = trace.series(curve.metric, curve.device, curve.pid)
+    fitted = baseline_trend(trace, curve)
+    slope = fitted[0].robust_slope_per_step if fitted is not None else None
     start = series.values[0] if series is not None and series.values else None
-    key = series.key if series is not None else None
-    metric = key.metric if key is not None else ""
-    device = key.device if key is not None else None
-    return StepTable(title, metric, device, tuple(rows), slope, start)
+    return StepTable(curve.label, curve.metric, curve.device, tuple(curve.steps), slope, start)

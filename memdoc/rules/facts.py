@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from memdoc.oom.names import has_words
+from memdoc.rules.trend import Trend, fit_trend
 from memdoc.trace.model import (
     FRAMEWORK_NAMES,
     FRAMEWORK_PREFIXES,
@@ -22,6 +23,7 @@ from memdoc.trace.model import (
 )
 from memdoc.trace.model import framework_metric as fw_metric
 from memdoc.trace.reader import Series, StepStat, Trace, oom_of
+from memdoc.units import MiB
 
 GPU_FRAMEWORKS = tuple(FRAMEWORK_PREFIXES)
 _T = TypeVar("_T")
@@ -374,11 +376,12 @@ class Curve:
 
     @property
     def on_host(self) -> bool:
-        return self.metric == Metric.HOST_RSS
+        return self.metric in HOST_CURVE_METRICS
 
 
 def step_curve(trace: Trace, device: int | None = None) -> Curve | None:
-    """Framework allocated memory on `device` (or the busiest GPU); host RSS without GPU data."""
+    """Framework allocated memory on `device` (or the busiest GPU); without GPU data, the
+    host memory the program owns (`host_curve_metric`)."""
     candidates: list[tuple[str, Series]] = []
     for framework in GPU_FRAMEWORKS:
         metric = fw_metric(framework, Metric.ALLOCATED)
@@ -395,9 +398,31 @@ def step_curve(trace: Trace, device: int | None = None) -> Curve | None:
         key = series.key
         label = f"{framework_name(framework)} allocated on GPU {key.device}"
         return Curve(label, key.metric, key.device, key.pid, trace.per_step(*_key(series)))
-    if trace.series(Metric.HOST_RSS) is not None:
-        steps = trace.per_step(Metric.HOST_RSS)
-        return Curve("host RSS of the process tree", Metric.HOST_RSS, None, None, steps)
+    host = host_curve_metric(trace)
+    if host is not None:
+        return Curve(HOST_CURVE_LABELS[host], host, None, None, trace.per_step(host))
+    return None
+
+
+# The host memory a curve reads, the program's own first: RSS also counts the file pages a
+# program reads through a memory map, which stay resident and grow with every new page read.
+HOST_CURVE_METRICS = (Metric.HOST_ANON, Metric.HOST_RSS)
+# A trend needs this many steps measured after warm-up; the first WARMUP_STEPS steps
+# allocate once (optimizer state, autotuning, caches warming) and are left out.
+MIN_TREND_STEPS = 5
+WARMUP_STEPS = 2
+HOST_CURVE_LABELS = {
+    Metric.HOST_ANON: "host memory the program owns",  # resident, without file pages
+    Metric.HOST_RSS: "host RSS of the process tree",
+}
+
+
+def host_curve_metric(trace: Trace, pid: int | None = None) -> str | None:
+    """The host series that growth is read from: the program's own resident memory where
+    the trace has it (recorded since memdoc 0.1 on Linux), else RSS."""
+    for metric in HOST_CURVE_METRICS:
+        if trace.series(metric, None, pid) is not None:
+            return metric
     return None
 
 
@@ -410,12 +435,13 @@ def rank_curves(trace: Trace) -> list[tuple[int, Curve]]:
             ranked[process.pid] = process.rank  # the latest rank a process reported
     out = []
     for pid, rank in ranked.items():
-        if trace.series(Metric.HOST_RSS, None, pid) is None:
+        metric = host_curve_metric(trace, pid)
+        if metric is None:
             continue
-        steps = trace.per_step(Metric.HOST_RSS, None, pid)
-        out.append(
-            (rank, Curve(f"rank {rank}'s resident memory", Metric.HOST_RSS, None, pid, steps))
+        label = (
+            f"rank {rank}'s " + ("own " if metric == Metric.HOST_ANON else "") + "resident memory"
         )
+        out.append((rank, Curve(label, metric, None, pid, trace.per_step(metric, None, pid))))
     return sorted(out, key=lambda rc: rc[0]) if len({r for r, _ in out}) >= 2 else []
 
 
@@ -448,6 +474,30 @@ def device_name(device: int | None) -> str:
 
 def baselines(steps: Iterable[StepStat]) -> list[float]:
     return [s.baseline for s in steps if s.baseline is not None]
+
+
+def baseline_trend(trace: Trace, curve: Curve) -> tuple[Trend, float] | None:
+    """The curve's trend at step boundaries after warm-up, and its last value: the one
+    growth rate of a run, quoted alike by the findings and the per-step table. None with
+    fewer than MIN_TREND_STEPS steps measured after warm-up."""
+    measured = measured_baselines(trace, curve)
+    # The first steps allocate once (optimizer state, caches, autotuning): a jump there
+    # followed by a plateau is warm-up, not a leak.
+    warmup = min(WARMUP_STEPS, max(0, len(measured) - MIN_TREND_STEPS))
+    measured = [(step, value) for step, value in measured if step >= warmup]
+    if len(measured) < MIN_TREND_STEPS:
+        return None
+    values = [value for _, value in measured]
+    positions = [step for step, _ in measured]
+    trend = fit_trend(values, tolerance=_noise(curve, values), positions=positions)
+    return (trend, values[-1]) if trend is not None else None
+
+
+def _noise(curve: Curve, values: list[float]) -> float:
+    """How far a baseline may drop between steps and still count as flat."""
+    if not curve.on_host:
+        return 0.0
+    return max(1 * MiB, 0.002 * max(values))
 
 
 def measured_baselines(trace: Trace, curve: Curve) -> list[tuple[int, float]]:

@@ -56,6 +56,9 @@ class Metric:
 
     # Host, for the whole process tree (pid None) or one process (pid set).
     HOST_RSS = "host.rss"
+    # Resident memory of the program's own (anonymous pages: heap, tensors, arrays), without
+    # the file pages that RSS also counts (mapped libraries, memory-mapped data files).
+    HOST_ANON = "host.anon"
     HOST_AVAILABLE = "host.available"
     HOST_TOTAL = "host.total"
     HOST_SWAP_USED = "host.swap_used"

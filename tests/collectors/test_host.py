@@ -39,20 +39,24 @@ class _Sink:
 
 
 def test_children_are_found_their_rss_summed_and_their_exit_noticed() -> None:
-    child = subprocess.Popen(
-        [sys.executable, "-c", "import time; x = bytearray(64 * 1024 * 1024); time.sleep(1.0)"]
-    )
+    # 64 MiB written (resident, the program's own), then "ready", then 1 s of life.
+    code = "import sys, time; x = b'1' * (64 << 20); print('ready', flush=True); time.sleep(1.0)"
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         collector = HostCollector(os.getpid())
         sink = _Sink()
         assert collector.probe().available
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
         collector.start(sink)
-        time.sleep(0.5)
         values = collector.sample(time.time())
     finally:
         child.wait()
 
     assert values[SeriesKey(Metric.HOST_RSS, pid=child.pid)] >= 64 * MiB
+    # Of which the program's own: the 64 MiB, not the interpreter's mapped files.
+    own = values[SeriesKey(Metric.HOST_ANON, pid=child.pid)]
+    assert 64 * MiB <= own < values[SeriesKey(Metric.HOST_RSS, pid=child.pid)]
+    assert values[SeriesKey(Metric.HOST_ANON)] >= own
     assert (
         values[SeriesKey(Metric.HOST_RSS)]
         >= values[SeriesKey(Metric.HOST_RSS, pid=os.getpid())] + 64 * MiB

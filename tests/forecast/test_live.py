@@ -135,3 +135,29 @@ def test_a_failing_forecast_never_reaches_the_program_and_the_trace_goes_on(
     writer.close()
     assert sink.failed
     assert len(load_trace(path).steps()) == 3
+
+
+def test_the_ram_forecast_follows_the_memory_the_program_owns_not_its_file_pages(
+    tmp_path: Path,
+) -> None:
+    # RSS grows 4 MiB a step from a memory-mapped dataset's pages; the program's own memory
+    # stays flat: nothing runs out of RAM, though RSS alone would reach it.
+    header = Header(version=SCHEMA_VERSION, created_unix=START, memdoc_version="test")
+    rss, own, total = (SeriesKey(m) for m in (Metric.HOST_RSS, Metric.HOST_ANON, Metric.HOST_TOTAL))
+
+    def run(with_own: bool) -> list[Event]:
+        path = tmp_path / f"ram-{with_own}.memdoc"
+        writer = TraceWriter(path, header)
+        ticks = itertools.count(0, 2.0)
+        sink = ForecastingSink(writer, start_unix=START, clock=lambda: float(next(ticks)))
+        for step in range(1, 80):
+            values = {rss: 300 * MiB + 4 * MiB * step, total: 1000 * MiB}
+            if with_own:
+                values[own] = 200 * MiB + (step % 3) * MiB
+            sink.samples(START + step - 0.5, values)
+            sink.event(Event(t=START + step, kind=EventKind.STEP, pid=PID, data={"step": step}))
+        writer.close()
+        return forecast_events(path)
+
+    assert [e.data["metric"] for e in run(with_own=False)][:1] == [Metric.HOST_RSS]
+    assert run(with_own=True) == []

@@ -11,10 +11,10 @@ from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
 from memdoc.rules.facts import (
     Curve,
     Failure,
+    baseline_trend,
     failed_device,
     failure,
     frameworks,
-    measured_baselines,
     rank_curves,
     specific_library,
     step_curve,
@@ -27,19 +27,16 @@ from memdoc.rules.spec import (
     share_evidence,
     snippet,
 )
-from memdoc.rules.trend import Trend, fit_trend
+from memdoc.rules.trend import Trend
 from memdoc.trace.reader import Trace
 from memdoc.units import MiB, format_bytes
 
-MIN_STEPS = 5
 # Growth must be both relative and absolute: a few KiB per step on a small baseline is noise.
 MIN_RELATIVE_GROWTH = 0.10
 MIN_GROWTH_BYTES = {True: 32 * MiB, False: 4 * MiB}  # host RSS is noisier than an allocator
 MIN_MONOTONIC = 0.7
 # A leak adds memory in most steps, not in one jump.
 MIN_RISING = 0.5
-# Steps before the baseline settles (optimizer state, cudnn autotuning, caches warming).
-WARMUP_STEPS = 2
 TO_CONFIRM = (
     "run it under `memdoc run` for a few steps: a leak shows as allocated memory at step "
     "boundaries that rises steadily"
@@ -351,19 +348,10 @@ GPU. In Python the memory is freed only when the last reference goes.
 
 def _growth(trace: Trace, curve: Curve) -> tuple[Trend, float] | None:
     """The curve's trend at step boundaries after warm-up, and its last value, when it grows."""
-    measured = measured_baselines(trace, curve)
-    # The first steps allocate once (optimizer state, caches, autotuning): a jump there
-    # followed by a plateau is warm-up, not a leak.
-    warmup = min(WARMUP_STEPS, max(0, len(measured) - MIN_STEPS))
-    measured = [(step, value) for step, value in measured if step >= warmup]
-    if len(measured) < MIN_STEPS:
+    fitted = baseline_trend(trace, curve)
+    if fitted is None or not _grows(fitted[0], curve):
         return None
-    values = [value for _, value in measured]
-    positions = [step for step, _ in measured]
-    trend = fit_trend(values, tolerance=_noise(curve, values), positions=positions)
-    if trend is None or not _grows(trend, curve):
-        return None
-    return trend, values[-1]
+    return fitted
 
 
 def _by_rank(trace: Trace) -> tuple[Curve, Trend, float, list[int]] | None:
@@ -393,13 +381,6 @@ def _grows(trend: Trend, curve: Curve) -> bool:
         and trend.monotonic_fraction >= MIN_MONOTONIC
         and trend.rising_fraction >= MIN_RISING
     )
-
-
-def _noise(curve: Curve, values: list[float]) -> float:
-    """How far a baseline may drop between steps and still count as flat."""
-    if not curve.on_host:
-        return 0.0
-    return max(1 * MiB, 0.002 * max(values))
 
 
 def _progress(fail: Failure) -> int | None:
