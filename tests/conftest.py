@@ -67,6 +67,7 @@ _MARKS: dict[str, tuple[str, ...]] = {
 _SLOW_TESTS = frozenset(
     {
         "run/test_caught_ooms.py::test_a_tensorflow_oom_the_program_survives_is_counted_once_and_not_a_failure",
+        "rules/test_weight_copies.py::test_the_running_average_trains_under_the_cap_where_the_copies_ran_out",
     }
 )
 # Tests that time what they check (a program's pace beside another, a kill at an instant, a

@@ -69,6 +69,15 @@ def mark(label: str, **data: Any) -> None:
             session.emit(EventKind.MARK, {"label": label, **data})
 
 
+def model_state(data: dict[str, Any]) -> None:
+    """What a loop's model holds (`param_bytes`, `dtype_bytes`), as a `model_state` event."""
+    from memdoc.trace.model import EventKind
+
+    for session in _each():
+        with contextlib.suppress(Exception):
+            session.emit(EventKind.MODEL_STATE, data)
+
+
 def caught(exc: BaseException, **data: Any) -> None:
     """A memory error a loop's own batch-size finder caught: recorded as caught, with what
     the finder knew (the size it tried)."""

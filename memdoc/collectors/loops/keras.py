@@ -40,10 +40,58 @@ def _patch(module: ModuleType) -> None:
 
 
 def _begin(phase: str, grad: bool | None) -> Any:
-    def report(*args: Any, **kwargs: Any) -> None:
+    def report(callbacks: Any = None, *args: Any, **kwargs: Any) -> None:
         hub.enter(phase, SOURCE, grad_enabled=grad)
+        if phase == hub.TRAIN:
+            weights = weight_bytes(getattr(callbacks, "model", None))
+            if weights is not None:
+                hub.model_state(weights)
 
     return hub.after(report)
+
+
+# Bytes per element of the dtypes Keras variables are made of, by name.
+_DTYPE_BYTES = {
+    "float64": 8,
+    "int64": 8,
+    "float32": 4,
+    "int32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+}
+
+
+def weight_bytes(model: Any) -> dict[str, Any] | None:
+    """The model's weights by dtype, from their shapes (no value is read): the `model_state`
+    of a Keras fit, on whatever backend. None for a model not built yet."""
+    variables = getattr(model, "weights", None)
+    if not variables:
+        return None
+    by_dtype: dict[str, int] = {}
+    for variable in variables:
+        dtype = str(getattr(variable, "dtype", "float32"))
+        count = 1
+        for size in tuple(getattr(variable, "shape", ())):
+            count *= int(size or 0)
+        by_dtype[dtype] = by_dtype.get(dtype, 0) + count * _DTYPE_BYTES.get(dtype, 4)
+    return {
+        "framework": _backend_framework(),
+        "param_bytes": sum(by_dtype.values()),
+        "dtype_bytes": by_dtype,
+        "phase": "fit",
+        "source": SOURCE,
+    }
+
+
+def _backend_framework() -> str:
+    import keras
+
+    backend = str(keras.config.backend())
+    return {"torch": "pytorch"}.get(backend, backend)
 
 
 def _end(phase: str) -> Any:

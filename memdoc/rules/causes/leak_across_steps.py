@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 
@@ -28,6 +29,7 @@ from memdoc.rules.spec import (
     snippet,
 )
 from memdoc.rules.trend import Trend
+from memdoc.trace.model import EventKind
 from memdoc.trace.reader import Trace
 from memdoc.units import MiB, format_bytes
 
@@ -95,6 +97,47 @@ KEEP_FOR_METRICS_FIX = Fix(
     """
     ),
 )
+KERAS_EMA_FIX = Fix(
+    "tensorflow",
+    "Let the optimizer keep one moving average of the weights (Keras)",
+    snippet(
+        """
+        optimizer = keras.optimizers.AdamW(use_ema=True, ema_momentum=0.999)
+        model.compile(optimizer=optimizer, loss=loss)
+        # not: a callback that appends model.get_weights() after each batch
+        model.fit(x, y)  # at its end, fit gives the model the averaged weights
+        """
+    ),
+)
+# A copy of the model's weights kept every step: one running average instead.
+WEIGHT_AVERAGE_FIXES = (
+    Fix(
+        "pytorch",
+        "Keep one running average of the weights, updated in place, not a copy per step",
+        snippet(
+            """
+        from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+        ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.999))
+        for batch in loader:
+            ...
+            optimizer.step()
+            # not: snapshots.append(copy.deepcopy(model.state_dict()))
+            ema.update_parameters(model)
+        """
+        ),
+    ),
+    *(
+        dataclasses.replace(KERAS_EMA_FIX, framework=framework)
+        for framework in ("tensorflow", "jax")
+    ),
+)
+# Growth per step within this share of a whole number of weight copies is read as copies,
+# for models of at least MIN_MODEL_BYTES (a tiny model's size matches anything).
+WEIGHT_COPY_TOLERANCE = 0.1
+MIN_MODEL_BYTES = 1 * MiB
+MAX_WEIGHT_COPIES = 4
+
 # The loops' names, as the finding says them.
 FRAMEWORK_LOOPS = {
     "lightning": "Lightning loop",
@@ -243,6 +286,17 @@ GPU. In Python the memory is freed only when the last reference goes.
             f"{subject} at step boundaries grew by {format_bytes(slope)} per step "
             f"over {span} steps ({format_bytes(trend.robust_growth)} in all)."
         )
+        fixes = None
+        copies = weight_copies(trace, slope)
+        if copies is not None:
+            count, model = copies
+            summary += (
+                f" That is {_copies_words(count)} of the model's weights "
+                f"({format_bytes(model)}) a step: something keeps a copy of the weights "
+                "every step (a snapshot, a hand-made average, a checkpoint kept in memory)."
+            )
+            evidence.append(bytes_evidence("the model's weights", model))
+            fixes = (*WEIGHT_AVERAGE_FIXES, *self.fixes)
         if flat_ranks:
             others = ", ".join(str(r) for r in flat_ranks)
             summary += f" Rank{'s' if len(flat_ranks) > 1 else ''} {others} stayed flat."
@@ -254,6 +308,7 @@ GPU. In Python the memory is freed only when the last reference goes.
             evidence,
             frameworks=frameworks(trace, fail.oom if fail else None),
             extra={"metric": curve.metric, "device": curve.device},
+            fixes=fixes,
         )
 
     def _evaluation_kept(self, trace: Trace, fail: Failure | None, kept: EvaluationKept) -> Finding:
@@ -370,6 +425,27 @@ def _by_rank(trace: Trace) -> tuple[Curve, Trend, float, list[int]] | None:
         return None
     curve, trend, last = max(grew, key=lambda g: g[1].robust_slope_per_step)
     return curve, trend, last, flat
+
+
+def weight_copies(trace: Trace, per_step: float) -> tuple[int, float] | None:
+    """(copies, the model's weight bytes) when the growth per step is a whole number of
+    copies of the model's weights (as the framework's model_state events give them)."""
+    model = max(
+        (float(e.data.get("param_bytes") or 0) for e in trace.events(EventKind.MODEL_STATE)),
+        default=0.0,
+    )
+    if model < MIN_MODEL_BYTES:
+        return None
+    count = round(per_step / model)
+    if not 1 <= count <= MAX_WEIGHT_COPIES:
+        return None
+    if abs(per_step - count * model) > WEIGHT_COPY_TOLERANCE * model:
+        return None
+    return count, model
+
+
+def _copies_words(count: int) -> str:
+    return "about one copy" if count == 1 else f"about {count} copies"
 
 
 def _grows(trend: Trend, curve: Curve) -> bool:
