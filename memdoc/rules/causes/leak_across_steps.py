@@ -159,7 +159,9 @@ them, from every step.
     why = """
 The usual holders: a running total of the loss kept as a tensor (`total_loss += loss`, which
 keeps every step's graph), outputs appended to a list for logging or metrics, hooks that
-store activations, caches keyed by input, or metric objects that accumulate state on the
+store activations, caches keyed by input, copies of the weights kept by a callback or a
+hand-made average (memdoc names these when the growth per step is a whole number of
+model copies), or metric objects that accumulate state on the
 GPU. In Python the memory is freed only when the last reference goes.
 """
     confirm = """
