@@ -14,9 +14,10 @@ from memdoc.rules.facts import (
     framework_name,
     read_once,
     root_pid,
+    step_curve,
 )
 from memdoc.trace.model import EventKind, Metric, OomInfo
-from memdoc.trace.reader import Trace
+from memdoc.trace.reader import Series, Trace
 
 HOST_KINDS = ("host-kill", "host-alloc", "shm", "dataloader-killed")
 # The seconds before a failure in which the resident memory counts as "at the failure".
@@ -223,3 +224,37 @@ def _last(trace: Trace, metric: str, pid: int | None) -> float | None:
     series = trace.series(metric, None, pid)
     last = series.last() if series is not None else None
     return last[1] if last is not None else None
+
+
+@dataclass(frozen=True)
+class Counted:
+    """A series measured as a limit counts it, and that limit: like compared with like."""
+
+    series: Series
+    limit: Limit
+
+
+def counted_against_limit(trace: Trace, fail: Failure) -> Counted | None:
+    """What ran into the limit that applied to `fail`, as that limit counts it: the failing
+    process's address space under its address-space cap; on the host otherwise, the job's
+    own memory against its tightest limit; on a GPU, the framework's allocated memory there
+    against the device's total."""
+    if on_host(trace, fail.oom):
+        limits = host_limits(trace, fail.pid, fail.host)
+        if not limits:
+            return None
+        if limits[0].kind == "rlimit-as":
+            vms = trace.series(Metric.HOST_VMS, None, fail.pid)
+            return Counted(vms, limits[0]) if vms is not None else None
+        curve = step_curve(trace)
+    else:
+        curve = step_curve(trace, fail.oom.device)
+    if curve is None:
+        return None
+    series = trace.series(curve.metric, curve.device, curve.pid)
+    capacity = curve_capacity(trace, curve, fail.oom)
+    if series is None or not capacity:
+        return None
+    job = job_limit(trace) if curve.on_host else None
+    return Counted(series, job or Limit(f"GPU {curve.device} total", capacity, "device"))
+

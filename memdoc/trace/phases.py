@@ -99,6 +99,12 @@ class BatchSearch:
     tried: tuple[int, ...]
     ran_out: tuple[int, ...]
     trained: int | None
+    try_marks: tuple[tuple[float, int], ...] = ()  # (when, size) of each try, in order
+    chosen_t: float | None = None  # when the finder gave its answer, if it said so
+
+    @property
+    def try_times(self) -> tuple[float, ...]:
+        return tuple(t for t, _ in self.try_marks)
 
 
 def batch_search(trace: Trace) -> BatchSearch | None:
@@ -127,6 +133,8 @@ def batch_search(trace: Trace) -> BatchSearch | None:
         tried=tuple(size for _, size in tries),
         ran_out=ran_out,
         trained=chosen[0][1] if chosen else _last_try_trained(trace, tries[-1], oom_times),
+        try_marks=tuple(tries),
+        chosen_t=chosen[0][0] if chosen else None,
     )
 
 

@@ -10,7 +10,7 @@ from memdoc.rules.confidence import confidence_word
 from memdoc.rules.engine import check_rule, diagnose, explain_text
 from memdoc.rules.registry import RULES
 from memdoc.rules.words import explain_in_words
-from memdoc.trace import EventKind, OomInfo, load_trace
+from memdoc.trace import EventKind, Metric, OomInfo, SeriesKey, load_trace
 from tests.rules.fixture_cases import RULE_FIXTURES
 from tests.rules.host_scenarios import RANK_PIDS, eval_after_training_on_host, jax_host_failure
 from tests.rules.recorder import GiB, MiB, Recorder
@@ -981,6 +981,12 @@ def test_a_run_that_survived_a_batch_size_search_is_diagnosed_from_the_sizes_tri
     assert first.rule == "activations-too-large"
     assert "ran out of memory at 2175, 2417, … and 4096 and trained at 1957" in first.summary
     assert trace.exit is not None and trace.exit.status == 0
+    # What fit, as the address-space cap counts it: the size chosen had almost no room left,
+    # and a line through the memory before the search and that peak stays in the bracket.
+    assert "of the 1.22 GiB address-space cap (0.1% to spare)" in first.summary
+    assert "leave a margin" in first.summary
+    estimate = next(e.value for e in first.evidence if e.text.startswith("largest size"))
+    assert estimate is not None and 1957 <= estimate < 2175
 
 
 def test_a_tensorflow_initializer_failing_before_any_step_is_the_model_too_large() -> None:
@@ -1075,3 +1081,38 @@ def test_a_kill_near_a_shared_cgroup_limit_is_said_in_what_the_limit_counts(
     assert "with 7.8 GiB of cgroup usage (3.0 GiB resident of its own), near the 8.0 GiB" in (
         finding.summary
     )
+
+
+def test_a_search_that_trained_with_room_to_spare_says_how_much_and_no_margin_warning(
+    tmp_path: Path,
+) -> None:
+    # 400 MiB mapped before the search, a 1000 MiB address-space cap; 256 and 128 ran out,
+    # 64 trained with its steps peaking at 700 MiB: 30% to spare, 4.7 MiB a sample.
+    path = tmp_path / "run.memdoc"
+    rec = Recorder(path)
+    rec.event(0.2, EventKind.FRAMEWORK, name="pytorch", version="2.13.0")
+    vms, cap = (
+        SeriesKey(Metric.HOST_VMS, pid=rec.pid),
+        SeriesKey(Metric.HOST_RLIMIT_AS, pid=rec.pid),
+    )
+    rec.sample(0.5, {vms: 400 * MiB, cap: 1000 * MiB})
+    oom = OomInfo(framework="pytorch", kind="host-alloc", device_type="cpu", requested_bytes=MiB)
+    for t, size in ((1.0, 256), (2.0, 128)):
+        rec.mark(t, f"batch size {size}", batch_size=size, finder="accelerate")
+        rec.sample(t + 0.4, {vms: 990 * MiB, cap: 1000 * MiB})
+        rec.event(t + 0.5, EventKind.OOM, oom=oom.to_dict(), where="caught", handled=True)
+        rec.sample(t + 0.6, {vms: 400 * MiB, cap: 1000 * MiB})
+    rec.mark(3.0, "batch size 64", batch_size=64, finder="accelerate")
+    for number in range(1, 6):
+        rec.sample(3.0 + number * 0.2 - 0.1, {vms: 700 * MiB, cap: 1000 * MiB})
+        rec.step(3.0 + number * 0.2, number)
+    rec.mark(4.5, "batch size 64 trained", batch_size=64, finder="accelerate", chosen=True)
+    rec.end(5.0, exit_code=0)
+
+    found = next(f for f in diagnose(load_trace(path)) if f.rule == "activations-too-large")
+
+    assert "At 64 the steps peaked at 700.00 MiB of the 1000.00 MiB address-space cap" in (
+        found.summary
+    )
+    assert "(30.0% to spare)" in found.summary and "leave a margin" not in found.summary
+    assert "puts the largest size that fits near 127" in found.summary  # bounded by 128

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, WEAK, Signals
@@ -19,7 +20,14 @@ from memdoc.rules.facts import (
     step_phase,
     tiny_request,
 )
-from memdoc.rules.host import curve_capacity, host_limits, on_host, resident_at_failure
+from memdoc.rules.host import (
+    Limit,
+    counted_against_limit,
+    curve_capacity,
+    host_limits,
+    on_host,
+    resident_at_failure,
+)
 from memdoc.rules.ledger import cached_unused_bytes, held_bytes, room_was_left, sizeable_cache
 from memdoc.rules.serving import (
     kv_cache_empty,
@@ -186,6 +194,10 @@ job fails in the first steps, or on the first unusually long or large input.
             count_evidence("smallest size that ran out", smallest_failed),
             count_evidence("size that trained", search.trained or 0),
         ]
+        room = search_room(trace, fail, search) if fail is not None else None
+        if room is not None:
+            summary += " " + room.words()
+            evidence += room.evidence()
         return self.finding(
             trace,
             Signals.of(LIKELY, several_sizes_ran_out=len(failed) >= 2),
@@ -392,6 +404,81 @@ job fails in the first steps, or on the first unusually long or large input.
             to_confirm=TO_CONFIRM,
             frameworks=frameworks(trace, oom),
         )
+
+
+# Less than this share of the limit left at the chosen size is no margin at all.
+THIN_MARGIN = 0.05
+
+
+@dataclass(frozen=True)
+class SearchRoom:
+    """How close the size a finder chose came to the limit, and where a straight line puts
+    the largest size that fits: from the memory before the search (the fixed part) through
+    the peak at the chosen size (the fixed part and `trained` times the cost of one)."""
+
+    trained: int
+    peak_bytes: float
+    before_bytes: float
+    limit: Limit
+    estimate: int | None  # the largest size the line fits under the limit, below the failures
+
+    @property
+    def spare_share(self) -> float:
+        return max(self.limit.limit_bytes - self.peak_bytes, 0.0) / self.limit.limit_bytes
+
+    def words(self) -> str:
+        said = (
+            f"At {self.trained} the steps peaked at {format_bytes(self.peak_bytes, 2)} of the "
+            f"{format_bytes(self.limit.limit_bytes, 2)} {self.limit.name} "
+            f"({self.spare_share:.1%} to spare)"
+        )
+        if self.estimate is not None:
+            said += (
+                f"; a line from the {format_bytes(self.before_bytes)} held before the "
+                f"search through that peak puts the largest size that fits near {self.estimate}"
+            )
+        if self.spare_share < THIN_MARGIN:
+            said += (
+                ". So close to the limit, a longer input, an evaluation or a fuller pool can "
+                "still run out later: leave a margin"
+            )
+        return said + "."
+
+    def evidence(self) -> list[Evidence]:
+        out = [
+            bytes_evidence(f"peak while training at {self.trained}", self.peak_bytes),
+            bytes_evidence(self.limit.label, self.limit.limit_bytes),
+            share_evidence("left to spare at that size", self.spare_share),
+        ]
+        if self.estimate is not None:
+            out.append(count_evidence("largest size that fits, on a line", self.estimate))
+        return out
+
+
+def search_room(trace: Trace, fail: Failure, search: BatchSearch) -> SearchRoom | None:
+    """The chosen size's peak against the limit that stopped the larger sizes, measured as
+    that limit counts (`counted_against_limit`); None where the trace cannot tell."""
+    counted = counted_against_limit(trace, fail)
+    tries = search.try_times
+    if counted is None or search.trained is None or not tries:
+        return None
+    start = tries[0]
+    trained_from = max((t for t, size in search.try_marks if size == search.trained), default=None)
+    if trained_from is None:
+        return None
+    until = search.chosen_t if search.chosen_t is not None else trace.duration_s
+    peak = counted.series.max_between(trained_from, until)
+    before = counted.series.at(start)
+    if peak is None or before is None:
+        return None
+    limit = counted.limit
+    estimate = None
+    per_unit = (peak - before) / search.trained
+    if per_unit > 0 and limit.limit_bytes > before:
+        fits = int((limit.limit_bytes - before) / per_unit)
+        estimate = min(fits, min(search.ran_out) - 1) if search.ran_out else fits
+        estimate = max(estimate, search.trained)
+    return SearchRoom(search.trained, peak, before, limit, estimate)
 
 
 def _sizes(sizes: list[int]) -> str:
