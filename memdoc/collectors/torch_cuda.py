@@ -103,6 +103,25 @@ class TorchCudaGate:
 _real_gates: dict[int, TorchCudaGate] = {}
 
 
+def device_memory(gate: CudaGate | None = None) -> dict[str, int]:
+    """The live tensors' bytes on the program's current CUDA device now (`index`,
+    `allocated_bytes`), read through the gate in one counter read; empty before the program
+    has initialised CUDA, without torch, or where the read fails."""
+    try:
+        if gate is None:
+            torch = sys.modules.get("torch")
+            if torch is None:
+                return {}
+            gate = real_gate(torch)
+        if not gate.is_built() or not gate.is_initialized():
+            return {}
+        index = gate.current_device()
+        counters = cuda_counters(gate.memory_stats(index))
+    except Exception:
+        return {}
+    return {"index": index, "allocated_bytes": counters.allocated_bytes} if counters else {}
+
+
 def real_gate(torch: Any) -> TorchCudaGate:
     """The gate over this torch module, one per process: OOM observers attach to it once."""
     gate = _real_gates.get(id(torch))

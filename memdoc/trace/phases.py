@@ -28,6 +28,10 @@ class Phase:
     grad_enabled: bool | None  # False where the loop itself turned gradients off
     rss_start: int | None  # the process's resident bytes when the phase began
     rss_end: int | None  # ... when the next phase mark came; None at the end of the trace
+    # (device index, live tensors' bytes there) at the phase's start and end, where the
+    # program used a CUDA device by then.
+    device_start: tuple[int, int] | None = None
+    device_end: tuple[int, int] | None = None
 
     @property
     def evaluating(self) -> bool:
@@ -39,6 +43,16 @@ class Phase:
         if self.rss_start is None or self.rss_end is None:
             return None
         return self.rss_end - self.rss_start
+
+    @property
+    def kept_on_device(self) -> tuple[int, int] | None:
+        """(device, live tensors' bytes the phase added there and had not freed at its end);
+        None where either end was not read or the device changed."""
+        if self.device_start is None or self.device_end is None:
+            return None
+        if self.device_start[0] != self.device_end[0]:
+            return None
+        return self.device_start[0], self.device_end[1] - self.device_start[1]
 
     def holds(self, t: float) -> bool:
         return self.t0 <= t < self.t1
@@ -66,6 +80,8 @@ def phases(trace: Trace) -> list[Phase]:
                     grad_enabled=_flag(mark.data.get("grad_enabled")),
                     rss_start=_rss(mark.data),
                     rss_end=_rss(after.data) if after is not None else None,
+                    device_start=_device(mark.data),
+                    device_end=_device(after.data) if after is not None else None,
                 )
             )
     return sorted(out, key=lambda p: p.t0)
@@ -88,6 +104,18 @@ def _rss(data: Any) -> int | None:
     host = data.get("host") if hasattr(data, "get") else None
     value = host.get("rss_bytes") if isinstance(host, dict) else None
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _device(data: Any) -> tuple[int, int] | None:
+    device = data.get("device") if hasattr(data, "get") else None
+    if not isinstance(device, dict):
+        return None
+    index, allocated = device.get("index"), device.get("allocated_bytes")
+    if isinstance(index, bool) or isinstance(allocated, bool):
+        return None
+    if not isinstance(index, int) or not isinstance(allocated, int):
+        return None
+    return index, allocated
 
 
 @dataclass(frozen=True)

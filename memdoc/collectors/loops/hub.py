@@ -86,6 +86,22 @@ def caught(exc: BaseException, **data: Any) -> None:
             session.record_exception(exc, exc.__traceback__, where="caught", context=data)
 
 
+def _memory() -> dict[str, Any]:
+    """What a phase mark carries: the process's own memory and, where the program uses a
+    CUDA device, the live tensors' bytes there (`device`)."""
+    from memdoc.collectors.torch_cuda import device_memory
+
+    out: dict[str, Any] = {"host": own_memory()}
+    device = device_reader() if device_reader is not None else device_memory()
+    if device:
+        out["device"] = device
+    return out
+
+
+# Replaced in tests by a reader over a stand-in CUDA gate; None reads the real one.
+device_reader: Callable[[], dict[str, int]] | None = None
+
+
 def enter(phase: str, source: str, *, grad_enabled: bool | None) -> None:
     """A loop began `phase`; `grad_enabled` is False where the loop itself turns gradients
     off (every framework's evaluation does), None where memdoc cannot tell. The mark carries
@@ -93,7 +109,7 @@ def enter(phase: str, source: str, *, grad_enabled: bool | None) -> None:
     exactly however short it was."""
     with _lock:
         _phases.append(phase)
-    mark(phase, phase=phase, source=source, grad_enabled=grad_enabled, host=own_memory())
+    mark(phase, phase=phase, source=source, grad_enabled=grad_enabled, **_memory())
 
 
 def leave(phase: str, source: str, *, failed: bool = False) -> None:
@@ -107,9 +123,9 @@ def leave(phase: str, source: str, *, failed: bool = False) -> None:
     if failed:
         return
     if outer is None:
-        mark(PHASE_ENDED, phase=None, ended=phase, source=source, host=own_memory())
+        mark(PHASE_ENDED, phase=None, ended=phase, source=source, **_memory())
     else:
-        mark(outer, phase=outer, source=source, resumed=True, host=own_memory())
+        mark(outer, phase=outer, source=source, resumed=True, **_memory())
 
 
 def current_phase() -> str | None:

@@ -1,13 +1,13 @@
 """What evaluation kept: memory an evaluation or prediction pass added and did not give back,
-read from the loop's own phase marks (which carry the process's resident memory exactly at
-each phase change, however short the phase). Part of `leak-across-steps`: the steps that
-leak are evaluation batches, and what they keep are outputs, not graphs, where the loop
-had gradients off."""
+read from the loop's own phase marks (which carry the process's resident memory, and the
+live tensors on its CUDA device, exactly at each phase change, however short the phase).
+Part of `leak-across-steps`: the steps that leak are evaluation batches, and what they keep
+are outputs, not graphs, where the loop had gradients off."""
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from memdoc.rules.facts import Failure
@@ -38,16 +38,18 @@ class EvaluationKept:
 
 
 def kept_by_evaluation(trace: Trace, fail: Failure | None) -> EvaluationKept | None:
-    """Evaluation passes that each kept memory, far more than training phases did."""
+    """Evaluation passes that each kept memory, far more than training phases did: on the
+    CUDA device the failure was on, where the phase marks read it, else in host memory."""
     pid = fail.pid if fail is not None else None
     mine = [p for p in phases(trace) if pid is None or p.pid == pid]
-    evals = [p for p in mine if p.evaluating and p.kept_bytes is not None]
+    kept_by = _measure(mine, fail)
+    evals = [p for p in mine if p.evaluating and kept_by(p) is not None]
     if len(evals) < 2:
         return None
-    kept = [float(p.kept_bytes or 0) for p in evals]
+    kept = [float(kept_by(p) or 0) for p in evals]
     keeping = sum(1 for k in kept if k > KEPT_NOISE_BYTES)
     total = sum(k for k in kept if k > 0)
-    training = _median([p.kept_bytes for p in mine if p.name == "train"])
+    training = _median([kept_by(p) for p in mine if p.name == "train"])
     per_pass = statistics.median(kept)
     if keeping < MIN_KEEPING_SHARE * len(kept) or total < MIN_TOTAL_BYTES:
         return None
@@ -64,6 +66,22 @@ def kept_by_evaluation(trace: Trace, fail: Failure | None) -> EvaluationKept | N
         gradients_off=all(p.grad_enabled is False for p in evals),
         source=evals[-1].source,
     )
+
+
+def _measure(mine: Sequence[Phase], fail: Failure | None) -> Callable[[Phase], int | None]:
+    """What a phase kept, as the memory that ran out counts it: the live tensors on the
+    failing CUDA device where the marks read that device, else the resident memory."""
+    device = fail.oom.device if fail is not None else None
+    if device is not None and device >= 0:
+        on_device = [p.kept_on_device for p in mine]
+        if any(k is not None and k[0] == device for k in on_device):
+
+            def kept_there(phase: Phase) -> int | None:
+                kept = phase.kept_on_device
+                return kept[1] if kept is not None and kept[0] == device else None
+
+            return kept_there
+    return lambda phase: phase.kept_bytes
 
 
 def _median(values: Sequence[int | None]) -> float:
