@@ -12,7 +12,7 @@ from memdoc.report.figures import TERM_COLORS
 from memdoc.report.overview import Overview, steps_words
 from memdoc.report.timeline import StepTable, Timeline
 from memdoc.rules.base import Finding, Fix
-from memdoc.rules.confidence import confidence_word
+from memdoc.rules.confidence import confidence_line, confidence_word
 from memdoc.rules.facts import framework_name
 from memdoc.trace.ledger import Ledger
 from memdoc.units import format_bytes, format_duration, format_percent
@@ -161,6 +161,7 @@ def _finding(f: Finding) -> str:
 
     rank = f' <span class="tag">rank {f.rank}</span>' if f.rank is not None else ""
     confirm = f'<p class="confirm">To confirm: {esc(f.to_confirm)}</p>' if f.to_confirm else ""
+    because = f'<p class="because">{esc(confidence_line(f.reasons))}</p>' if f.reasons else ""
     return (
         f'<article class="finding conf-{word}">'
         f'<header><span class="code">{esc(f.code)}</span><h3>{esc(f.title)}</h3>{rank}'
@@ -169,6 +170,7 @@ def _finding(f: Finding) -> str:
         f"{esc(word)} · {format_percent(f.confidence)}</span></header>"
         f'<p class="summary">{esc(f.summary)}</p>'
         + (f'<ul class="evidence">{evidence}</ul>' if evidence else "")
+        + because
         + confirm
         + (f'<div class="fixes">{fixes}</div>' if fixes else "")
         + f'<div class="slug">rule <code>{esc(f.rule)}</code></div></article>'

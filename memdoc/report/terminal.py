@@ -16,7 +16,7 @@ from memdoc.report.data import NO_PROBLEM, RankRow, ReportData
 from memdoc.report.overview import Overview, steps_words
 from memdoc.report.timeline import StepTable
 from memdoc.rules.base import Finding, Fix
-from memdoc.rules.confidence import confidence_word
+from memdoc.rules.confidence import confidence_line, confidence_word
 from memdoc.rules.facts import framework_name
 from memdoc.trace.ledger import Ledger
 from memdoc.units import format_bytes, format_duration, format_percent
@@ -160,6 +160,9 @@ def _finding(number: int, f: Finding) -> RenderableType:
         title.append(f"  rank {f.rank}", style="dim")
     parts: list[RenderableType] = [title, Padding(Text(f.summary), (0, 0, 0, 3))]
     parts += [Padding(Text(f"• {e.text}"), (0, 0, 0, 3)) for e in f.evidence]
+    if f.reasons:
+        because = Text(confidence_line(f.reasons), style="dim")
+        parts.append(Padding(because, (0, 0, 0, 3)))
     if f.to_confirm:
         parts.append(Padding(Text(f"to confirm: {f.to_confirm}", style="italic dim"), (0, 0, 0, 3)))
     if f.fixes:

@@ -62,6 +62,8 @@ class Finding:
     to_confirm: str | None = None  # what to record to be sure, when the evidence is weak
     rank: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # What raised the confidence above its level's base, or capped it, in words.
+    reasons: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -73,6 +75,8 @@ class Finding:
             "evidence": [e.to_dict() for e in self.evidence],
             "fixes": [f.to_dict() for f in self.fixes],
         }
+        if self.reasons:
+            out["confidence_reasons"] = list(self.reasons)
         if self.to_confirm:
             out["to_confirm"] = self.to_confirm
         if self.rank is not None:

@@ -64,6 +64,11 @@ class Signals:
     def word(self) -> str:
         return confidence_word(self.confidence)
 
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """The corroborations, in words, in a stable order."""
+        return tuple(reason_words(name) for name in sorted(self.corroborating))
+
     def at_most(self, level: Level) -> Signals:
         """The same signals, claiming no more than `level`."""
         return Signals(min(self.level, level), self.corroborating)
@@ -73,6 +78,37 @@ class Signals:
         return Signals(
             self.level, self.corroborating | Signals.of(self.level, **checks).corroborating
         )
+
+
+# Corroborations whose names say too little on their own, in words; the others read as
+# their names with spaces.
+_REASON_WORDS = {
+    "absurd": "a request beyond any device",
+    "doubled": "memory doubled while loading",
+    "failed_there": "the failure came there",
+    "three_or_more": "three or more of them",
+    "sizeable": "a sizeable request",
+    "shape_known": "the tensor's shape is known",
+    "first_step": "in the first step",
+    "large_request": "a large request",
+    "split_blocks": "split blocks in the pool",
+}
+# Said of a finding whose cause is a behaviour over time, from an error text alone.
+CAPPED = "capped: "
+TEXT_ONLY_REASON = CAPPED + "one error text cannot show a behaviour over time"
+
+
+def confidence_line(reasons: tuple[str, ...]) -> str:
+    """A finding's reasons as one line: what corroborated it, then what capped it."""
+    raised = [r for r in reasons if not r.startswith(CAPPED)]
+    caps = [r for r in reasons if r.startswith(CAPPED)]
+    parts = [f"corroborated by: {'; '.join(raised)}"] if raised else []
+    return " · ".join(parts + caps)
+
+
+def reason_words(name: str) -> str:
+    """A corroboration's name as a person reads it: `ended_in_failure` -> "ended in failure"."""
+    return _REASON_WORDS.get(name, name.replace("_", " "))
 
 
 def confidence_word(confidence: float) -> str:

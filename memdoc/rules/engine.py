@@ -10,7 +10,14 @@ from typing import Any
 from memdoc.oom import parse_text
 from memdoc.oom.lookalike import BARE_BAD_ALLOC, bare_bad_alloc, other_limit
 from memdoc.rules.base import Finding, Rule, RunRule
-from memdoc.rules.confidence import LIKELY, TEXT_ONLY_CAP, WEAK, Signals, capped
+from memdoc.rules.confidence import (
+    LIKELY,
+    TEXT_ONLY_CAP,
+    TEXT_ONLY_REASON,
+    WEAK,
+    Signals,
+    capped,
+)
 from memdoc.rules.facts import one_reading
 from memdoc.rules.ledger import held_bytes
 from memdoc.rules.priors import (
@@ -73,7 +80,11 @@ def check_rule(rule: Rule, trace: Trace) -> Finding | None:
     finding = rule.check(trace)
     if finding is None or not trace.is_text_only or not getattr(rule, "needs_recording", False):
         return finding
-    return dataclasses.replace(finding, confidence=capped(finding.confidence, TEXT_ONLY_CAP))
+    confidence = capped(finding.confidence, TEXT_ONLY_CAP)
+    if confidence == finding.confidence:
+        return finding
+    reasons = (*finding.reasons, TEXT_ONLY_REASON)
+    return dataclasses.replace(finding, confidence=confidence, reasons=reasons)
 
 
 def diagnose_run(run: Run, run_rules: Sequence[RunRule] | None = None) -> list[Finding]:

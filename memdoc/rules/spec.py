@@ -74,7 +74,7 @@ class RuleSpec:
         return Finding(
             rule=self.slug,
             code=self.code,
-            title=self.host_title if host and self.host_title else self.title,
+            title=self.host_title if self.host_title and no_gpu_seen(trace) else self.title,
             confidence=signals.confidence,
             summary=summary,
             evidence=tuple(evidence),
@@ -82,6 +82,7 @@ class RuleSpec:
             to_confirm=to_confirm,
             rank=trace.rank,
             extra=dict(extra or {}),
+            reasons=signals.reasons,
         )
 
 
@@ -111,6 +112,12 @@ def cpu_only(trace: Trace) -> bool:
     oom = trace.ending_oom()
     if oom is not None:
         return on_host(trace, oom)
+    return not trace.is_text_only and not gpu_recorded(trace)
+
+
+def no_gpu_seen(trace: Trace) -> bool:
+    """A recording that saw no GPU at all: words about a GPU do not belong in it. (An error
+    text alone may come from a GPU job even when host memory ran out.)"""
     return not trace.is_text_only and not gpu_recorded(trace)
 
 

@@ -13,6 +13,7 @@ from memdoc.rules.confidence import (
     POSSIBLE,
     STRONG,
     TEXT_ONLY_CAP,
+    TEXT_ONLY_REASON,
     WEAK,
     Level,
     Signals,
@@ -89,3 +90,59 @@ def test_no_rule_nudges_a_level_by_hand() -> None:
     nudged = [hit for path in sorted(RULES_DIR.rglob("*.py")) for hit in _nudges(path)]
 
     assert nudged == []
+
+
+def test_a_finding_says_what_corroborated_it_in_the_terminal_the_report_and_json() -> None:
+    from memdoc.report.html import render_html
+    from memdoc.rules.engine import diagnose
+    from memdoc.trace import load_trace
+    from memdoc.trace.reader import Run
+    from tests.rules.fixture_cases import RULE_FIXTURES
+
+    trace = load_trace(RULE_FIXTURES / "leak-across-steps" / "hit-torch-weight-snapshots.memdoc")
+    leak = next(f for f in diagnose(trace) if f.rule == "leak-across-steps")
+
+    assert leak.reasons == ("ended in failure", "grew by half")
+    assert leak.to_dict()["confidence_reasons"] == ["ended in failure", "grew by half"]
+    html = render_html(Run([trace]), [leak])
+    assert "corroborated by: ended in failure; grew by half" in html
+
+
+def test_a_finding_capped_from_an_error_text_says_so() -> None:
+    from memdoc.oom import parse_text
+    from memdoc.rules.base import Finding
+    from memdoc.rules.engine import check_rule
+    from memdoc.rules.text_trace import text_trace
+
+    text = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB.\n"
+    oom = parse_text(text)
+    assert oom is not None
+
+    class OverTime:  # a cause that is a behaviour over time, sure of itself from a text
+        slug, code, title, doc = "over-time", "MD999", "t", ""
+        needs_recording = True
+
+        def check(self, trace: object) -> Finding:
+            return Finding("over-time", "MD999", "t", 0.85, "s", reasons=("grew by half",))
+
+    found = check_rule(OverTime(), text_trace(text, oom))  # type: ignore[arg-type]
+
+    assert found is not None and confidence_word(found.confidence) == POSSIBLE.word
+    assert found.reasons == ("grew by half", TEXT_ONLY_REASON)
+
+
+@pytest.mark.parametrize(
+    ("reasons", "line"),
+    [
+        (("ended in failure",), "corroborated by: ended in failure"),
+        (("a", "capped: why"), "corroborated by: a · capped: why"),
+        (("capped: why",), "capped: why"),
+        ((), ""),
+    ],
+)
+def test_the_confidence_line_puts_corroborations_first_and_caps_after(
+    reasons: tuple[str, ...], line: str
+) -> None:
+    from memdoc.rules.confidence import confidence_line
+
+    assert confidence_line(reasons) == line

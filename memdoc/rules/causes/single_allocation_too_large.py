@@ -6,7 +6,7 @@ import dataclasses
 
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.causes.xla_temp_buffers import made_inside_the_program
-from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals, capped
+from memdoc.rules.confidence import CAPPED, LIKELY, POSSIBLE, STRONG, Signals, capped
 from memdoc.rules.facts import (
     Failure,
     device_name,
@@ -140,9 +140,11 @@ volume processed at once, or a convolution asking for a huge workspace.
             found.summary + " It is the compiled program's working memory, which a smaller "
             "batch or rematerialisation shrinks: see xla-temp-buffers first."
         )
-        return dataclasses.replace(
-            found, confidence=capped(found.confidence, POSSIBLE), summary=summary
-        )
+        confidence = capped(found.confidence, POSSIBLE)
+        reasons = found.reasons
+        if confidence != found.confidence:
+            reasons = (*reasons, f"{CAPPED}XLA's plan is the program's working memory")
+        return dataclasses.replace(found, confidence=confidence, summary=summary, reasons=reasons)
 
     def _check(self, trace: Trace) -> Finding | None:
         fail = failure(trace)
