@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from pathlib import Path
 
 from benchmarks.harness import Context, Figure, Target, last_line, run_timed, summarise, unavailable
 
@@ -14,14 +15,15 @@ TITLE = f"dashboard CPU, {REFRESH_PER_S} refreshes/s, {DEVICES} devices"
 # In a process of its own, so that nothing else this suite did is counted.
 _MEASURE = (
     "import sys\n"
-    "from memdoc.tui.bench import dashboard_cpu_seconds\n"
+    f"sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})\n"
+    "from benchmarks.dashboard_cost import dashboard_cpu_seconds\n"
     "print(dashboard_cpu_seconds(float(sys.argv[1]), devices={devices}, refreshes_per_s={rate}))\n"
 )
 
 
 def dashboard_group(ctx: Context) -> list[Figure]:
-    if importlib.util.find_spec("memdoc.tui.bench") is None:
-        reason = "not available yet (memdoc.tui.bench.dashboard_cpu_seconds is missing)"
+    if importlib.util.find_spec("benchmarks.dashboard_cost") is None:
+        reason = "not available yet (benchmarks.dashboard_cost.dashboard_cpu_seconds is missing)"
         return [unavailable("dashboard.cpu", TITLE, "% core", reason, TARGET)]
     seconds = ctx.pick(5.0, 15.0)
     code = _MEASURE.format(devices=DEVICES, rate=REFRESH_PER_S)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.demo_trace import DemoRun, write_demo_trace
 from memdoc.report.data import ReportData
 from memdoc.report.ledger import device_ledgers
 from memdoc.trace import load_run, load_trace
@@ -18,7 +19,6 @@ from memdoc.trace.ledger import (
     PROCESS_OTHER,
     UNEXPLAINED,
 )
-from memdoc.tui.demo import DemoRun, write_demo_trace
 from memdoc.tui.ledger import DeviceBar
 from memdoc.tui.sources import KIND_REPLAY, SourceState
 from memdoc.tui.timeline import EventIndex

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
+from benchmarks.demo_trace import DemoRun, write_demo_trace
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.trace import Trace
-from memdoc.tui.demo import DemoRun, write_demo_trace
 
 # The demo runs start at this instant; the frozen clock reads a little later.
 DEMO_START_UNIX = DemoRun().created_unix

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memdoc.tui.bench import dashboard_cpu_seconds
+from benchmarks.dashboard_cost import dashboard_cpu_seconds
 
 
 def test_the_cost_probe_drives_eight_devices_and_returns_cpu_seconds() -> None:

@@ -7,6 +7,13 @@ from pathlib import Path
 import pytest
 from rich.text import Text
 
+from benchmarks.demo_trace import (
+    CONTEXT_BYTES,
+    DEVICE_TOTAL_BYTES,
+    DRIVER_BYTES,
+    OTHER_BYTES,
+    OTHER_PID,
+)
 from memdoc.trace import (
     SCHEMA_VERSION,
     Event,
@@ -20,13 +27,6 @@ from memdoc.trace import (
     load_trace,
 )
 from memdoc.trace.ledger import Readings, build_ledger, ledger_at
-from memdoc.tui.demo import (
-    CONTEXT_BYTES,
-    DEVICE_TOTAL_BYTES,
-    DRIVER_BYTES,
-    OTHER_BYTES,
-    OTHER_PID,
-)
 from memdoc.tui.history import TICK_MARK, TICK_OOM, TICK_STEP, Window, device_chart, host_chart
 from memdoc.tui.ledger import DeviceBar, Segment
 from memdoc.tui.sources import KIND_FOLLOW, SourceState

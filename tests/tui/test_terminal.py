@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from memdoc.collectors.nvml_gate import NO_DRIVER_REASON, NvmlUnavailable, open_gate
-from tests.conftest import memdoc_cmd, run_memdoc
+from tests.conftest import REPO, memdoc_cmd, run_memdoc
 from tests.tui.conftest import needs_tmux
 
 
@@ -24,7 +24,8 @@ def _memdoc(*args: str) -> str:
 def test_live_follows_a_run_being_written_and_answers_keys(tmp_path: Path, terminal) -> None:  # type: ignore[no-untyped-def]
     trace = tmp_path / "run.memdoc"
     writer = subprocess.Popen(
-        [sys.executable, "-m", "memdoc.tui.demo", str(trace), "--live", "--seconds", "60"]
+        [sys.executable, "-m", "benchmarks.demo_trace", str(trace), "--live", "--seconds", "60"],
+        cwd=REPO,
     )
     try:
         deadline = time.monotonic() + 10
@@ -161,7 +162,8 @@ def test_live_waits_for_a_trace_not_written_yet_and_follows_it_once_it_appears(
     screen = term.wait_for("(ctrl+c to stop)").replace("\n", "")
     assert f"memdoc: waiting for {trace} to appear" in screen
     writer = subprocess.Popen(
-        [sys.executable, "-m", "memdoc.tui.demo", str(trace), "--live", "--seconds", "60"]
+        [sys.executable, "-m", "benchmarks.demo_trace", str(trace), "--live", "--seconds", "60"],
+        cwd=REPO,
     )
     try:
         term.wait_for("● live")

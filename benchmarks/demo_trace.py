@@ -1,6 +1,6 @@
 """A synthetic training run written as a trace: for the dashboard's benchmark, demos and tests.
 
-Run `python -m memdoc.tui.demo OUT.memdoc --live` to write one in real time, then follow it
+Run `python -m benchmarks.demo_trace OUT.memdoc --live` to write one in real time, then follow it
 with `memdoc live OUT.memdoc` from another terminal.
 """
 

@@ -7,9 +7,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.demo_trace import DemoRun, write_demo_trace
 from memdoc.trace import load_trace
 from memdoc.tui.app import MemdocApp, make_app
-from memdoc.tui.demo import DemoRun, write_demo_trace
 from memdoc.tui.sources import ReplaySource
 
 TERMINAL_SIZE = (120, 40)
