@@ -257,4 +257,3 @@ def counted_against_limit(trace: Trace, fail: Failure) -> Counted | None:
         return None
     job = job_limit(trace) if curve.on_host else None
     return Counted(series, job or Limit(f"GPU {curve.device} total", capacity, "device"))
-
