@@ -69,6 +69,17 @@ def mark(label: str, **data: Any) -> None:
             session.emit(EventKind.MARK, {"label": label, **data})
 
 
+def finder_mark(finder: str, size: int, *, answer: str = "") -> None:
+    """A batch-size finder's try at `size` ("batch size 64"), or its answer ("batch size 64
+    trained", "... chosen") when `answer` says how the finder knows it. The trace's reader
+    (`memdoc.trace.phases.batch_search`) reads these marks."""
+    label = f"batch size {size} {answer}".rstrip()
+    data: dict[str, Any] = {"batch_size": size, "source": finder, "finder": finder}
+    if answer:
+        data["chosen"] = True
+    mark(label, **data)
+
+
 def model_state(data: dict[str, Any]) -> None:
     """What a loop's model holds (`param_bytes`, `dtype_bytes`), as a `model_state` event."""
     from memdoc.trace.model import EventKind

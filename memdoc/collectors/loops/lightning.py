@@ -74,13 +74,7 @@ def _searching(scale: Any) -> Any:
     def scale_batch_size(*args: Any, **kwargs: Any) -> Any:
         size = in_phase(*args, **kwargs)
         if hub.listening() and isinstance(size, int):
-            hub.mark(
-                f"batch size {size} chosen",
-                batch_size=size,
-                source=SOURCE,
-                finder=SOURCE,
-                chosen=True,
-            )
+            hub.finder_mark(SOURCE, size, answer="chosen")
         return size
 
     return scale_batch_size
@@ -92,4 +86,4 @@ def _trial_size(trainer: Any, batch_arg_name: str = "batch_size", *a: Any, **k: 
     if size is None:
         size = getattr(getattr(model, "hparams", None), batch_arg_name, None)
     if isinstance(size, int):
-        hub.mark(f"batch size {size}", batch_size=size, source=SOURCE, finder=SOURCE)
+        hub.finder_mark(SOURCE, size)

@@ -94,18 +94,10 @@ def _marked(function: Any) -> Any:
     @functools.wraps(function)
     def trying(batch_size: Any, *args: Any, **kwargs: Any) -> Any:
         if hub.listening() and isinstance(batch_size, int):
-            hub.mark(
-                f"batch size {batch_size}", batch_size=batch_size, source=FINDER, finder=FINDER
-            )
+            hub.finder_mark(FINDER, batch_size)
         result = function(batch_size, *args, **kwargs)
         if hub.listening() and isinstance(batch_size, int):
-            hub.mark(
-                f"batch size {batch_size} trained",
-                batch_size=batch_size,
-                source=FINDER,
-                finder=FINDER,
-                chosen=True,
-            )
+            hub.finder_mark(FINDER, batch_size, answer="trained")
         return result
 
     return trying
