@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from memdoc.oom.fields import SIZE, first_group, is_huge, loose, parse_shape, to_bytes, to_int
+from memdoc.oom.hostcues import PLATFORM_NOTICES
 from memdoc.oom.logtext import Hit, LogText, is_source_line, rank_of, strip_prefix
 from memdoc.trace.model import OomInfo, ProcessUsage
 
@@ -52,40 +53,48 @@ _EXIT_STATUS = (
     r"\b(?:exit(?:ed|s)?|terminated)(?: with)?(?: code| status(?: code)?|code| return code)"
     r"\s{0,3}[:=]?\s{0,3}(?:137|-9)\b"
 )
-_EXIT_KILL = (
-    re.compile(_EXIT_STATUS, re.I),
-    re.compile(r"non-zero exit status (?:137|-9)\b"),
-    re.compile(r"<Signals\.SIGKILL: 9>"),
-    re.compile(r"\bSignal 9 \(SIGKILL\)"),
-    re.compile(r"\bOOMKilled\b"),
+# How a launcher, a shell or a runtime reports an exit by SIGKILL, as (needles, pattern): the
+# lowercase needles that anchor a line, the pattern that must hold around them.
+_EXIT_KILLS: tuple[tuple[tuple[str, ...], re.Pattern[str]], ...] = (
+    (
+        (
+            "exit code",
+            "status code",
+            "exit status",
+            "exitcode",
+            "exited with code",
+            "terminated with code",
+            "return code",
+        ),
+        re.compile(_EXIT_STATUS, re.I),
+    ),
+    (("exit status",), re.compile(r"non-zero exit status (?:137|-9)\b")),
+    (("signals.sigkill",), re.compile(r"<Signals\.SIGKILL: 9>")),
+    (("signal 9",), re.compile(r"\bSignal 9 \(SIGKILL\)")),
+    (("oomkilled",), re.compile(r"\bOOMKilled\b")),
     # runc's "container init was OOM-killed", a scheduler's "OOM killed"; not "was not ..."
-    re.compile(r"(?<!not )(?<!n't )(?<!never )\bOOM[- ]killed\b", re.I),
-    re.compile(r"\bkilled by signal 9\b|\bsignal: killed\b", re.I),
-    # A compiler killed while building an extension (gcc's cc1plus, nvcc's cicc).
-    re.compile(r"Killed signal terminated program \w{1,40}|died due to signal 9\b"),
+    (
+        ("oom-killed", "oom killed"),
+        re.compile(r"(?<!not )(?<!n't )(?<!never )\bOOM[- ]killed\b", re.I),
+    ),
+    (
+        ("signal 9", "signal: killed"),
+        re.compile(r"\bkilled by signal 9\b|\bsignal: killed\b", re.I),
+    ),
+    # A compiler killed while building an extension (gcc's cc1plus, nvcc's cicc; the names
+    # are hostcues.COMPILERS).
+    (
+        ("killed signal terminated program", "died due to signal 9"),
+        re.compile(r"Killed signal terminated program \w{1,40}|died due to signal 9\b"),
+    ),
 )
+_EXIT_KILL = tuple(pattern for _, pattern in _EXIT_KILLS)
+_EXIT_NEEDLES = tuple(dict.fromkeys(needle for needles, _ in _EXIT_KILLS for needle in needles))
 # A kill the line itself blames on something other than memory.
 OTHER_KILLER = re.compile(
     r"time ?limit|timeout|timed out|cancel|preempt|SIGTERM|SIGINT|Ctrl-C|by (?:the )?user"
     r"|manually|segmentation fault|segfault|watchdog",
     re.I,
-)
-_EXIT_NEEDLES = (
-    "exit code",
-    "status code",
-    "exit status",
-    "exitcode",
-    "exited with code",
-    "terminated with code",
-    "return code",
-    "signals.sigkill",
-    "signal 9",
-    "oomkilled",
-    "oom-killed",
-    "oom killed",
-    "signal: killed",
-    "killed signal terminated program",
-    "died due to signal 9",
 )
 _PID = re.compile(r"\(pid:? (\d{1,10})\)|by PID (\d{1,10})|process (\d{1,10})", re.I)
 _TORCHRUN_RANK = re.compile(r"^rank\s{0,8}:\s{0,4}(\d{1,6})")
@@ -324,23 +333,6 @@ def _requested(text: str) -> int | None:
     return gib * 2**30 if gib else None
 
 
-# What platforms say when a job ran out of host memory, as (needle, kind): hosted notebooks
-# (Colab, Kaggle), schedulers and clusters (SLURM, Kubernetes, Ray, Dask), SageMaker,
-# Windows' commit limit, Python itself, and Ollama refusing a model larger than the free RAM.
-_PLATFORM_NOTICES = (
-    ("session crashed after using all available ram", "host-kill"),
-    ("tried to allocate more memory than is available", "host-kill"),
-    ("exceeded job memory limit", "host-kill"),
-    ("exceeded memory limit", "host-kill"),
-    ("oom-kill event", "host-kill"),
-    ("use an instance type with more memory", "host-kill"),
-    ("the node was low on resource: memory", "host-kill"),  # a Kubernetes eviction
-    ("killed due to the node running low on memory", "host-kill"),  # Ray's memory monitor
-    ("memory budget. restarting", "host-kill"),  # a Dask worker's nanny
-    ("the paging file is too small", "host-alloc"),
-    ("cannot recover from memoryerrors", "host-alloc"),
-    ("requires more system memory", "host-alloc"),
-)
 # "has not exceeded memory limit", "didn't use an instance type with more memory"
 _NEGATED = re.compile(r"(?:\bnot|\bnever|\bno|n't)\s+(?:\w+\s+){0,2}$", re.I)
 _SLURM_LIMIT = re.compile(r"exceeded memory limit \((\d{1,20}) > (\d{1,20})\)")
@@ -349,7 +341,7 @@ _OLLAMA = loose(rf"requires more system memory \(({SIZE})\) than is available \(
 
 def _platform_notice(log: LogText) -> list[Hit]:
     hits = []
-    for needle, kind in _PLATFORM_NOTICES:
+    for needle, kind in PLATFORM_NOTICES:
         for line, column in log.anchors(needle):
             text = log.lines[line][max(0, column - 200) : column + 300]
             before = log.lines[line][max(0, column - 40) : column]
