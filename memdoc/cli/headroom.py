@@ -124,6 +124,8 @@ def text_lines(result: Headroom) -> list[str]:
     for p in result.probes:
         if p.oom:
             lines.append(f"  size {p.size:>6}: ran out of memory")
+        elif p.crashed:
+            lines.append(f"  size {p.size:>6}: crashed (exit status {p.status})")
         elif p.reading is not None:
             settled = "" if p.settled is None else ", settled" if p.settled else ", still rising"
             lines.append(
@@ -192,7 +194,9 @@ def _answer_line(result: Headroom) -> str:
 
 def _fails(result: Headroom) -> str:
     over = [p for p in result.probes if p.size == result.too_big]
-    return "runs out" if any(p.oom for p in over) else "goes over the margin"
+    if any(p.oom for p in over):
+        return "runs out"
+    return "crashes" if any(p.crashed for p in over) else "goes over the margin"
 
 
 def as_json(result: Headroom) -> dict[str, Any]:
@@ -205,6 +209,7 @@ def as_json(result: Headroom) -> dict[str, Any]:
                 "size": p.size,
                 "steps": p.steps,
                 "oom": p.oom,
+                "crashed": p.crashed,
                 "settled": p.settled,
                 "peak_bytes": p.reading.peak_bytes if p.reading else None,
             }

@@ -8,6 +8,7 @@ import dataclasses
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,9 @@ from memdoc.trace.model import EventKind
 from memdoc.trace.reader import load_trace
 
 PLACEHOLDER = "{}"
+# Signals a process dies of when an allocation fails in native code under an address-space
+# cap: abort() on an uncaught std::bad_alloc, a fault on the null pointer malloc returned.
+_ALLOCATION_CRASHES = frozenset({signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS})
 DEFAULT_SIZES = (8, 16, 32)
 # A probe runs at least this many steps, then on until its peak stops rising (see agent.py):
 # the optimizer's first step and a first evaluation often raise it after the first steps.
@@ -57,10 +61,12 @@ class Probe:
     trace_path: Path | None  # None: the probes' folder was temporary, and is gone
     last_error_line: str = ""
     settled: bool | None = None  # the peak had stopped rising when it ended; None: no stop
+    # Killed by SIGSEGV, SIGABRT or SIGBUS above a size that trained: taken for running out.
+    crashed: bool = False
 
     def fits(self, margin: float) -> bool:
         """It trained, with its peak under the limit less the share kept free."""
-        if self.oom:
+        if self.oom or self.crashed:
             return False
         reading = self.reading
         return reading is None or reading.peak_bytes <= reading.limit_bytes * (1.0 - margin)
@@ -169,6 +175,16 @@ def probe(
     )
 
 
+def crash_signal(status: int) -> int | None:
+    """The signal that ended a run, from its exit status (-N, or 128 + N from a shell or a
+    runner that mirrors it); None for an ordinary exit."""
+    if status < 0:
+        return -status
+    if 128 < status < 160:
+        return status - 128
+    return None
+
+
 def _probe_environment(steps: int) -> dict[str, str]:
     env = dict(os.environ)
     env[ENV_STOP_AFTER_STEPS] = str(steps)
@@ -200,9 +216,19 @@ class _Search:
         done = probe(
             self.template, size, steps=self.steps, workdir=self.folder, timeout_s=self.timeout_s
         )
+        if self._crashed_above_a_size_that_trained(done):
+            done = dataclasses.replace(done, crashed=True)
         self.probes.append(done)
         self._check(done)
         return done
+
+    def _crashed_above_a_size_that_trained(self, p: Probe) -> bool:
+        """Killed by a signal that a failed allocation raises (a native library's abort on
+        std::bad_alloc, a segmentation fault on a null pointer from malloc), at a size above
+        one that trained: the same program, larger, is taken to have run out of memory."""
+        if p.oom or crash_signal(p.status) not in _ALLOCATION_CRASHES:
+            return False
+        return any(q.size < p.size and not q.oom and not q.crashed for q in self.probes)
 
     def _check(self, p: Probe) -> None:
         where = (
@@ -210,13 +236,13 @@ class _Search:
             if self.kept
             else "keep each probe's output and trace with --keep DIR"
         )
-        if p.status != 0 and not p.oom:
+        if p.status != 0 and not p.oom and not p.crashed:
             raise MemdocError(
                 f"size {p.size}: the program failed (exit status {p.status}) without running "
                 f"out of memory: {p.last_error_line or 'no output'}",
                 hint=where,
             )
-        if not p.oom and p.steps == 0:
+        if not p.oom and not p.crashed and p.steps == 0:
             raise MemdocError(
                 f"size {p.size}: the program reported no training step, so there is no "
                 "per-step peak to fit; nothing was answered",
@@ -346,6 +372,11 @@ def _answer(probes: Sequence[Probe], margin: float, multiple_of: int) -> Headroo
     for p in probes:
         if p.oom:
             notes.append(f"size {p.size} ran out of memory while probing")
+        elif p.crashed:
+            notes.append(
+                f"size {p.size} was killed by signal {crash_signal(p.status)} with no "
+                "out-of-memory error recorded, above a size that trained: taken for running out"
+            )
         elif not p.fits(margin):
             notes.append(f"size {p.size} trained, but over the share of the limit kept free")
     if bracket.fits is not None and any(not o.fits and o.size < bracket.fits for o in outcomes):

@@ -3,6 +3,7 @@ ran, grows geometrically until a size runs out, and says "at least" when nothing
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import pytest
@@ -11,7 +12,7 @@ from memdoc.cli import headroom as cli
 from memdoc.cli.headroom import as_json, text_lines
 from memdoc.forecast.bracket import MAX_GROWTH, Bracket, Outcome, next_size
 from memdoc.forecast.headroom import PeakReading
-from memdoc.run.headroom import DEFAULT_REFINE, DEFAULT_STEPS, Probe, search_sizes
+from memdoc.run.headroom import DEFAULT_REFINE, DEFAULT_STEPS, Probe, crash_signal, search_sizes
 
 MiB = float(1 << 20)
 LIMIT = 1000 * MiB
@@ -157,3 +158,28 @@ def test_at_least_is_said_in_text_and_json() -> None:
 
 def test_the_command_lines_defaults_are_the_searchs() -> None:
     assert (cli.DEFAULT_STEPS, cli.DEFAULT_REFINE) == (DEFAULT_STEPS, DEFAULT_REFINE)
+
+
+@pytest.mark.parametrize(
+    ("status", "signum"),
+    [
+        pytest.param(-11, 11, id="killed"),
+        pytest.param(134, 6, id="mirrored-abort"),
+        pytest.param(1, None, id="exit-1"),
+        pytest.param(0, None, id="clean"),
+    ],
+)
+def test_the_signal_a_probe_died_of(status: int, signum: int | None) -> None:
+    assert crash_signal(status) == signum
+
+
+def test_a_crash_above_a_size_that_trained_bounds_the_answer() -> None:
+    trained, _ = program(600 * MiB, 4.5 * MiB)
+
+    def run(size: int) -> Probe:
+        done = trained(size)
+        return dataclasses.replace(done, status=-11, oom=False, crashed=True) if done.oom else done
+
+    result = search_sizes(run, [8, 16, 32], 0.0, 8, refine=12)
+    assert (result.largest_size, result.too_big) == (88, 96)
+    assert "crashes at 96" in "\n".join(text_lines(result))
