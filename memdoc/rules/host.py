@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from memdoc.oom.hostcues import HostCues, host_cues
 from memdoc.rules.facts import (
     GPU_FRAMEWORKS,
     Curve,
@@ -22,6 +23,9 @@ from memdoc.trace.reader import Series, Trace
 HOST_KINDS = ("host-kill", "host-alloc", "shm", "dataloader-killed")
 # The seconds before a failure in which the resident memory counts as "at the failure".
 RECENT_S = 1.0
+# PyTorch's data loading, in a frame's file; what loading a model is called, in a function.
+_DATALOADER_FILES = r"torch[/\\]utils[/\\]data[/\\]"
+_LOADING_WORDS = ("from pretrained", "load")
 
 
 # How each kind of limit is called in a word, where the whole label does not fit.
@@ -257,3 +261,19 @@ def counted_against_limit(trace: Trace, fail: Failure) -> Counted | None:
         return None
     job = job_limit(trace) if curve.on_host else None
     return Counted(series, job or Limit(f"GPU {curve.device} total", capacity, "device"))
+
+
+def cues_of(fail: Failure) -> HostCues:
+    """What the words of the error, the log around it and its code say of the host."""
+    texts = (fail.oom.message, fail.context, *fail.source)
+    return read_once("host_cues", (fail,), lambda: host_cues(texts))
+
+
+def in_data_loading(fail: Failure) -> bool:
+    """The failing stack runs through PyTorch's data loading (torch/utils/data)."""
+    return fail.in_frames(file_pattern=_DATALOADER_FILES)
+
+
+def in_model_loading(fail: Failure) -> bool:
+    """The failing stack runs through a function that loads (`load`, `from_pretrained`)."""
+    return fail.in_frames(function_words=_LOADING_WORDS)

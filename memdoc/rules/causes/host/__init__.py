@@ -1,0 +1,1 @@
+"""The concerns host-oom weighs, one module each: the kill, shared memory, a failed allocation."""

@@ -1,0 +1,67 @@
+"""The evidence of a host error: what it asked for, the job's pressure, the failing process."""
+
+from __future__ import annotations
+
+from memdoc.rules.base import Evidence
+from memdoc.rules.causes.host.pressure import Pressure, pressure_evidence
+from memdoc.rules.facts import Failure
+from memdoc.rules.host import (
+    Limit,
+    address_space_at_failure,
+    host_limits,
+    resident_at_failure,
+)
+from memdoc.rules.spec import bytes_evidence, share_evidence
+from memdoc.trace.model import Metric
+from memdoc.trace.reader import Trace
+
+
+def error_evidence(trace: Trace, fail: Failure, pressure: Pressure | None) -> list[Evidence]:
+    """The request, then the job's memory against its limit, or the failing process's own."""
+    evidence: list[Evidence] = []
+    if fail.oom.requested_bytes:
+        evidence.append(bytes_evidence("requested in host memory", fail.oom.requested_bytes))
+    if pressure is None:
+        return evidence
+    limits = host_limits(trace, fail.pid, fail.host)
+    own = limits[0] if limits else None
+    if own is not None and pressure.limit_bytes and own.limit_bytes < pressure.limit_bytes:
+        # The failing process had a limit of its own, tighter than the job's (a rank that
+        # set RLIMIT_AS, a worker in a smaller cgroup): weigh it against that one.
+        evidence.extend(pressure_evidence(pressure, with_limit=False))
+        evidence.extend(_own_limit_evidence(trace, fail, own))
+        return evidence
+    evidence.extend(pressure_evidence(pressure))
+    evidence.extend(_dead_processes(trace, fail))
+    resident = resident_at_failure(trace, fail)
+    if limits and limits[0].label.startswith("address-space") and resident:
+        cap = bytes_evidence(limits[0].label, limits[0].limit_bytes)
+        if cap.text not in {e.text for e in evidence}:  # the job's limit may be this cap
+            evidence.append(cap)
+        evidence.append(bytes_evidence("resident memory of the failing process", resident))
+    return evidence
+
+
+def _dead_processes(trace: Trace, fail: Failure) -> list[Evidence]:
+    """The peaks of the other processes the error says died (workers, children)."""
+    evidence = []
+    for process in fail.oom.processes:
+        worker = trace.peak(Metric.HOST_RSS, None, process.pid) if process.pid else None
+        if worker is not None and process.pid != fail.pid:
+            label = f"peak resident memory of process {process.pid}, which died"
+            evidence.append(bytes_evidence(label, worker[1]))
+    return evidence
+
+
+def _own_limit_evidence(trace: Trace, fail: Failure, own: Limit) -> list[Evidence]:
+    """The failing process's own limit and what it counts (address space for RLIMIT_AS,
+    resident memory for a cgroup), at the error."""
+    if own.kind == "rlimit-as":
+        label, used = "address space of the failing process", address_space_at_failure(trace, fail)
+    else:
+        label, used = "resident memory of the failing process", resident_at_failure(trace, fail)
+    evidence = [bytes_evidence(own.label, own.limit_bytes)]
+    if used is not None:
+        evidence.append(bytes_evidence(label, used))
+        evidence.append(share_evidence(f"{label} / its limit", used / own.limit_bytes))
+    return evidence
