@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 # memdoc.run.headroom's defaults, written here so that building the parser imports no
 # search (a test holds the two equal).
 DEFAULT_STEPS = 8
-DEFAULT_REFINE = 6
+DEFAULT_REFINE = 8
 
 NAME = "headroom"
 HELP = "probe batch sizes until one trains and the next runs out: the largest that fits"

@@ -46,7 +46,7 @@ MIN_MAX_STEPS = 24
 SETTLE_S = 300.0
 DEFAULT_MARGIN = 0.05
 # Probes after the first sizes: growing to a size that runs out, then bisecting.
-DEFAULT_REFINE = 6
+DEFAULT_REFINE = 8
 
 
 @dataclass(frozen=True)
