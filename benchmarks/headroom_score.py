@@ -23,6 +23,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -88,10 +89,32 @@ def run_bounded(argv: Sequence[str], timeout_s: float) -> tuple[int | None, str,
         return process.returncode, out, err
 
 
-def trains(file: str, size: int) -> bool:
-    """One plain run at `size` trains every step (the program prints "done" at its end)."""
-    status, out, _ = run_bounded(command(file, size), RUN_TIMEOUT_S)
+def trains(file: str, size: int, *, under_memdoc: bool = False) -> bool:
+    """One run at `size` trains every step (the program prints "done" at its end): plain, or
+    under `memdoc run` as a probe runs it."""
+    argv = command(file, size)
+    if under_memdoc:
+        with tempfile.TemporaryDirectory(prefix="memdoc-hr-score-") as folder:
+            trace = str(Path(folder) / "run.memdoc")
+            memdoc_run = [sys.executable, "-m", "memdoc", "run", "-q", "-o", trace, "--"]
+            status, out, _ = run_bounded([*memdoc_run, *argv], RUN_TIMEOUT_S)
+    else:
+        status, out, _ = run_bounded(argv, RUN_TIMEOUT_S)
     return status == 0 and out.rstrip().endswith("done")
+
+
+def compare(program: Program) -> str:
+    """Does the program fail under `memdoc run` where it fails plainly? One run of the truth
+    and of the next multiple up, each way."""
+    next_up = program.truth + program.multiple_of
+    cells = [
+        "yes" if trains(program.file, size, under_memdoc=memdoc) else "no"
+        for memdoc in (False, True)
+        for size in (program.truth, next_up)
+    ]
+    return f"| {program.name} | {program.truth} / {next_up} | {' / '.join(cells[:2])} | " + (
+        f"{' / '.join(cells[2:])} |"
+    )
 
 
 def find_truth(file: str, multiple_of: int, start: int, runs: int) -> tuple[int, list[str]]:
@@ -214,6 +237,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="find a program's truth by plain runs (before memdoc runs on it)",
     )
     parser.add_argument("--runs", type=int, default=TRUTH_RUNS)
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="run each truth and the next multiple up plainly and under memdoc run: does "
+        "memdoc's agent move the border?",
+    )
     args = parser.parse_args(argv)
     if args.find_truth:
         file, multiple_of, start = args.find_truth
@@ -225,6 +254,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for p in load_programs()
         if (args.split in ("all", p.split)) and (not args.only or p.name in args.only)
     ]
+    if args.compare:
+        print("| program | truth / next | trains plainly | trains under memdoc run |")
+        print("|---|---|---|---|")
+        for program in programs:
+            print(compare(program), flush=True)
+        return 0
     results = []
     for program in programs:
         results.append(score(program))
