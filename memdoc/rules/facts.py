@@ -10,7 +10,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from memdoc.oom.growthcues import GrowthCues, growth_cues
 from memdoc.oom.names import has_words
+from memdoc.oom.textcues import MessageCues, TextCues, message_cues, text_cues
 from memdoc.rules.trend import Trend, fit_trend
 from memdoc.trace.model import (
     FRAMEWORK_NAMES,
@@ -62,12 +64,6 @@ class Failure:
     @property
     def files(self) -> list[str]:
         return [frame_parts(frame)[0] for frame in self.stack]
-
-    def says(self, pattern: str) -> bool:
-        """True when the message, the log around it or the traceback code matches `pattern`."""
-        regex = re.compile(pattern, re.IGNORECASE)
-        texts = (self.oom.message, self.context, *self.source)
-        return any(regex.search(text) for text in texts if text)
 
     def in_frames(
         self,
@@ -169,6 +165,22 @@ def read_once(name: str, sources: tuple[object, ...], read: Callable[[], _T]) ->
     return value
 
 
+def said(fail: Failure) -> TextCues:
+    """What the words of the error, the log around it and its code say it was doing."""
+    texts = (fail.oom.message, fail.context, *fail.source)
+    return read_once("text_cues", (fail,), lambda: text_cues(texts))
+
+
+def message_said(fail: Failure) -> MessageCues:
+    """What the error's own message says beyond its figures."""
+    return read_once("message_cues", (fail,), lambda: message_cues(fail.oom.message))
+
+
+def growth_words(fail: Failure) -> GrowthCues:
+    """What the error and the log before it say of memory growing: progress, a leak."""
+    return read_once("growth_cues", (fail,), lambda: growth_cues(fail.oom.message, fail.context))
+
+
 def failure(trace: Trace) -> Failure | None:
     """The OOM that ended the run (else the first recorded), with its stack and context."""
     return read_once("failure", (trace,), lambda: _failure(trace))
@@ -263,8 +275,6 @@ LIBRARY_NAMES = {
 }
 # Libraries whose handle or workspace lives outside the framework's pool.
 OUTSIDE_POOL_LIBRARIES = ("cudnn", "cublas", "nccl")
-# TensorFlow's cap on convolution autotuning scratch space: a limit, not a full device.
-WORKSPACE_LIMIT = r"exceeds the memory limit of|No algorithm worked|Profiling failure on CUDNN"
 
 
 def specific_library(oom: OomInfo) -> str | None:
@@ -274,7 +284,7 @@ def specific_library(oom: OomInfo) -> str | None:
 
 def starved_library(fail: Failure) -> bool:
     """A library outside the framework's pool found no memory (not a configured limit)."""
-    return fail.oom.library in OUTSIDE_POOL_LIBRARIES and not fail.says(WORKSPACE_LIMIT)
+    return fail.oom.library in OUTSIDE_POOL_LIBRARIES and not said(fail).workspace_limit
 
 
 def library_name(oom: OomInfo) -> str:

@@ -9,16 +9,11 @@ Three settings move it: a shorter `max_model_len` (or fewer `max_num_seqs`), a l
 
 from __future__ import annotations
 
-import re
-
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import Signals
-from memdoc.rules.facts import Failure
+from memdoc.rules.facts import Failure, message_said
 from memdoc.rules.spec import RuleSpec, count_evidence
 from memdoc.trace.reader import Trace
-
-_MAX_LEN = re.compile(r"max seq len \((\d{1,9})\)", re.IGNORECASE)
-_TOKENS_THAT_FIT = re.compile(r"stored in KV cache \((\d{1,12})\)", re.IGNORECASE)
 
 # A context length a KV cache of N tokens holds, rounded down to this many tokens.
 CONTEXT_STEP = 256
@@ -28,10 +23,10 @@ SHORTER_CONTEXT = 8192
 
 def shorter_context_fix(fail: Failure) -> Fix:
     """A shorter context: one that fits the tokens the cache could hold, where vLLM said."""
-    fits = _TOKENS_THAT_FIT.search(fail.oom.message)
+    fits = message_said(fail).kv_tokens_that_fit
     length = SHORTER_CONTEXT
     if fits is not None:
-        length = max(CONTEXT_STEP, int(fits.group(1)) // CONTEXT_STEP * CONTEXT_STEP)
+        length = max(CONTEXT_STEP, fits // CONTEXT_STEP * CONTEXT_STEP)
     return Fix(
         "pytorch",
         "Give vLLM a shorter context (and fewer sequences at once)",
@@ -62,20 +57,20 @@ def kv_cache_short(fail: Failure) -> bool:
 def kv_cache_empty(fail: Failure) -> bool:
     """Nothing at all was left for the cache: the weights (or another process) took it all,
     which no shorter context mends."""
-    return kv_cache_short(fail) and "no available memory" in fail.oom.message.lower()
+    return kv_cache_short(fail) and message_said(fail).kv_nothing_left
 
 
 def kv_cache_evidence(fail: Failure) -> list[Evidence]:
     """The context length asked for and the tokens the cache could hold, where vLLM said."""
-    evidence = []
-    for label, pattern in (
-        ("max_model_len asked for", _MAX_LEN),
-        ("tokens the KV cache could hold", _TOKENS_THAT_FIT),
-    ):
-        found = pattern.search(fail.oom.message)
-        if found is not None:
-            evidence.append(count_evidence(label, int(found.group(1))))
-    return evidence
+    said = message_said(fail)
+    return [
+        count_evidence(label, count)
+        for label, count in (
+            ("max_model_len asked for", said.kv_max_len),
+            ("tokens the KV cache could hold", said.kv_tokens_that_fit),
+        )
+        if count is not None
+    ]
 
 
 def kv_cache_finding(

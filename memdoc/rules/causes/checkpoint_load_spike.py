@@ -7,7 +7,7 @@ import re
 from memdoc.oom.names import has_words
 from memdoc.rules.base import Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, Signals
-from memdoc.rules.facts import Failure, failed_device, failure, frameworks, series_named
+from memdoc.rules.facts import Failure, failed_device, failure, frameworks, said, series_named
 from memdoc.rules.host import host_limits
 from memdoc.rules.spec import (
     RuleSpec,
@@ -32,7 +32,6 @@ LOAD_WORDS = (
     "rebuild tensor",
     "load sharded checkpoint",
 )
-_LOAD_TEXT = r"torch\.load\(|load_state_dict\(|\.restore\(|\bloading (?:the )?state[ _]dict"
 SPIKE_RATIO = 1.5
 MIN_SPIKE_BYTES = 1 * GiB
 
@@ -146,7 +145,7 @@ model trains fine once loaded.
             fail.in_frames(file_pattern=_LOAD_FILES)
             or _in_checkpoint_file(fail)
             or fail.in_frames(function_words=LOAD_WORDS)
-            or fail.says(_LOAD_TEXT)
+            or said(fail).checkpoint_loading
         )
         if not loading:
             return self._loading_phase(trace, fail)

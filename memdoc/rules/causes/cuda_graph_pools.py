@@ -11,6 +11,7 @@ from memdoc.rules.facts import (
     failure,
     framework_at,
     frameworks,
+    said,
     series_named,
 )
 from memdoc.rules.spec import (
@@ -34,10 +35,6 @@ CAPTURE_WORDS = (
     "cudagraphify",
     "graph capture",
     "make graphed callables",
-)
-_CAPTURE = (
-    r"capture_end|capture_begin|CUDAGraph|cuda_graph|cudagraph|graph capture"
-    r"|Capturing the model for CUDA graphs|CUDA graphs can take additional"  # vLLM's log
 )
 SIGNIFICANT_SHARE = 0.05
 
@@ -132,7 +129,7 @@ the total can be gigabytes.
                 evidence,
                 frameworks=frameworks(trace, oom),
             )
-        if fail.in_frames(function_words=CAPTURE_WORDS) or fail.says(_CAPTURE):
+        if fail.in_frames(function_words=CAPTURE_WORDS) or said(fail).cuda_graph_capture:
             summary = "The error happened while capturing a CUDA graph."
             return self.finding(
                 trace,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from memdoc.oom.names import has_words
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals
-from memdoc.rules.facts import WORKSPACE_LIMIT, Failure, failure, frameworks
+from memdoc.rules.facts import Failure, failure, frameworks, said
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
@@ -100,7 +100,7 @@ already full, cuDNN cannot even create its handle ("Failed to get convolution al
             return None
         oom = fail.oom
         involved = frameworks(trace, oom)
-        if fail.says(WORKSPACE_LIMIT):
+        if said(fail).workspace_limit:
             evidence: list[Evidence] = []
             if oom.requested_bytes:
                 evidence.append(bytes_evidence("workspace asked for", oom.requested_bytes))

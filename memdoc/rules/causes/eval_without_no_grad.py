@@ -15,6 +15,7 @@ from memdoc.rules.facts import (
     failure,
     frame_parts,
     frameworks,
+    said,
     short_frame,
     step_curve,
 )
@@ -149,7 +150,7 @@ graph alive for as long as they are referenced, for example in a list of predict
     def _volatile(self, trace: Trace, fail: Failure) -> Finding | None:
         """PyTorch 0.4 dropped `volatile=True` and warns when code still passes it: code that
         relied on it to turn autograd off now builds a graph on every inference pass."""
-        if not fail.says(_VOLATILE):
+        if not said(fail).volatile:
             return None
         summary = (
             "PyTorch warned that `volatile` has no effect: the code relies on it to turn "
@@ -228,9 +229,6 @@ graph alive for as long as they are referenced, for example in a list of predict
             ),
             frameworks=["pytorch"],
         )
-
-
-_VOLATILE = r"volatile was removed and now has no effect"
 
 
 def _in_eval_frames(fail: Failure) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Sequence
 
 from memdoc.rules.base import Evidence, Finding, Fix
@@ -16,6 +15,7 @@ from memdoc.rules.facts import (
     failed_device,
     failure,
     frameworks,
+    growth_words,
     rank_curves,
     specific_library,
     step_curve,
@@ -42,28 +42,6 @@ MIN_RISING = 0.5
 TO_CONFIRM = (
     "run it under `memdoc run` for a few steps: a leak shows as allocated memory at step "
     "boundaries that rises steadily"
-)
-# "epoch 12", "Epoch 37/100", "iteration 5000", "1000th epoch", "step: 800".
-_PROGRESS = re.compile(
-    r"\b(?:epoch|iteration|iter|step)\s*[:#=]?\s*(\d{1,9})\b|\b(\d{1,9})(?:st|nd|rd|th)\s+"
-    r"(?:epoch|iteration|step)",
-    re.IGNORECASE,
-)
-
-# What a person writes when memory grows: "memory leak", "leaks", "memory keeps increasing",
-# or results kept batch after batch ("aggregates predictions on GPU").
-_LEAK_WORDS = re.compile(
-    r"\bmemory[ -]leak(?:s|ing|age)?\b|\bleak(?:s|ing)?\s+(?:gpu\s+|cuda\s+)?memory\b"
-    r"|\bmemory\s+(?:keeps|kept|is|was)\s+(?:increasing|growing|rising)\b"
-    r"|\b(?:accumulat|aggregat|append|collect)(?:es|ed|ing|e|s)?\s+(?:all\s+(?:the\s+)?|the\s+)?"
-    r"(?:predictions|outputs|logits|losses|embeddings)\b",
-    re.IGNORECASE,
-)
-
-# Hugging Face's Trainer keeps every evaluation batch's logits on the device until
-# compute_metrics runs, unless told otherwise: the text names those settings.
-_KEPT_FOR_METRICS = re.compile(
-    r"\b(?:compute_metrics|eval_accumulation_steps|preprocess_logits_for_metrics)\b"
 )
 KEEP_LESS_FOR_METRICS_FIX = Fix(
     "pytorch",
@@ -355,11 +333,10 @@ GPU. In Python the memory is freed only when the last reference goes.
         oom = fail.oom
         if oom.kind not in ("allocator", "disguised") or specific_library(oom) is not None:
             return None
-        text = " ".join(t[-20000:] for t in (oom.message, fail.context) if t)
-        metrics = _KEPT_FOR_METRICS.search(text)
-        if metrics is not None:
+        cues = growth_words(fail)
+        if cues.kept_for_metrics is not None:
             summary = (
-                f'The text names Trainer\'s evaluation ("{metrics.group(0)}"): it keeps every '
+                f'The text names Trainer\'s evaluation ("{cues.kept_for_metrics}"): it keeps every '
                 "evaluation batch's logits on the device until the metrics are computed, so "
                 "memory grows batch after batch through the evaluation."
             )
@@ -372,13 +349,12 @@ GPU. In Python the memory is freed only when the last reference goes.
                 frameworks=["pytorch"],
                 fixes=(KEEP_LESS_FOR_METRICS_FIX,),
             )
-        said = _LEAK_WORDS.search(text)
-        reached = _progress(fail)
+        reached = cues.progress
         evidence: list[Evidence] = []
-        if said is not None:
+        if cues.leak_words is not None:
             signals = Signals(POSSIBLE)
             summary = (
-                f'The text itself speaks of a leak ("{said.group(0)}"): memory that grows each '
+                f'The text itself speaks of a leak ("{cues.leak_words}"): memory that grows each '
                 "step until none is left."
             )
         elif reached is not None and reached >= 2:
@@ -459,16 +435,6 @@ def _grows(trend: Trend, curve: Curve) -> bool:
         and trend.monotonic_fraction >= MIN_MONOTONIC
         and trend.rising_fraction >= MIN_RISING
     )
-
-
-def _progress(fail: Failure) -> int | None:
-    numbers = [
-        int(m.group(1) or m.group(2))
-        for text in (fail.oom.message, fail.context)
-        if text
-        for m in _PROGRESS.finditer(text[-20000:])
-    ]
-    return max(numbers) if numbers else None
 
 
 RULE = LeakAcrossSteps()

@@ -12,6 +12,7 @@ from memdoc.rules.facts import (
     failure,
     frame_parts,
     frameworks,
+    said,
     step_phase,
 )
 from memdoc.rules.host import host_limits, on_host, resident_at_failure
@@ -45,9 +46,6 @@ _BUILD_FRAMES = (
     (r"keras[/\\]", r"build|build_wrapper|_maybe_build|_maybe_rebuild|add_weight|add_variable"),
     (r"keras[/\\](?:src[/\\])?initializers[/\\]", ""),
 )
-_MOVE_TEXT = r"Loading checkpoint shards|\.from_pretrained\(|\.to\((?:\"|')?cuda|\.cuda\(\)"
-# A TensorFlow node that fills a variable with its initial value.
-_TF_INITIALIZER = r"\[\[\{?\{?node [\w/.-]{0,300}/Initializer/"
 WEIGHTS_FILL = 0.8
 # The device full (under this share free) while the framework held under SMALL_SHARE of it:
 # the weights being placed did not fill it.
@@ -210,7 +208,7 @@ it on one device.
             return None  # a host kill while loading: host-oom
         if fail.oom.phase == "init":
             return None  # no context could be created: nothing of the model was placed yet
-        moving = fail.in_frames(function_pattern=_MOVE_FUNCTIONS) or fail.says(_MOVE_TEXT)
+        moving = fail.in_frames(function_pattern=_MOVE_FUNCTIONS) or said(fail).moving_weights
         building = _building(fail) or _initializing_outside_a_loop(trace, fail)
         constructing = not building and _in_a_constructor(fail)
         if not (moving or building or constructing) and fail.oom.phase != "load":
@@ -269,7 +267,7 @@ def _building(fail: Failure) -> bool:
     """Inside a module's constructor or initialiser, not in a forward or backward pass; or,
     in TensorFlow, in the op that initialises a variable (`.../kernel/Initializer/...`)."""
     in_constructor = any(fail.in_frames(f, fn) for f, fn in _BUILD_FRAMES)
-    return (in_constructor and step_phase(fail) is None) or fail.says(_TF_INITIALIZER)
+    return (in_constructor and step_phase(fail) is None) or said(fail).variable_initializer
 
 
 def _initializing_outside_a_loop(trace: Trace, fail: Failure) -> bool:

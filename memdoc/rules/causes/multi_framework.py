@@ -12,6 +12,7 @@ from memdoc.rules.facts import (
     framework_devices,
     framework_name,
     framework_names,
+    said,
     starved_library,
 )
 from memdoc.rules.ledger import pool_bytes
@@ -30,13 +31,6 @@ from memdoc.units import GiB, format_bytes
 # framework's pool without another pool beside it.
 OUTSIDE_ALLOWANCE_BYTES = 2 * GiB
 OUTSIDE_MIN_SHARE = 0.25
-# How a text names each framework: its package in a frame, or its name in words.
-_NAMED = (
-    ("pytorch", r"\bpytorch\b|\btorch[./]"),
-    # not jaxlib's vendored copy ("external/org_tensorflow/tensorflow/compiler/xla")
-    ("tensorflow", r"(?<!org_tensorflow/)\btensorflow\b"),
-    ("jax", r"\bjax(?:lib)?\b"),
-)
 
 
 class MultiFramework(RuleSpec):
@@ -114,7 +108,7 @@ initialization failed", "Could not create cudnn handle".
             return self._recorded(trace, had_failure=fail is not None)
         if fail is None:
             return None
-        named = [name for name, cue in _NAMED if fail.says(cue)]
+        named = list(said(fail).frameworks_named)
         outside = self._outside_the_pool(trace, fail, named)
         if outside is not None:
             return outside

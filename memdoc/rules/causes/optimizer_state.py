@@ -7,7 +7,7 @@ import re
 from memdoc.oom.names import has_words
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals
-from memdoc.rules.facts import Failure, failure, frameworks, innermost_frames, step_curve
+from memdoc.rules.facts import Failure, failure, frameworks, innermost_frames, said, step_curve
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
@@ -30,10 +30,6 @@ _STATE_INIT = r"_init_group|_init_state|init_state|_lazy_init|_create_slots|add_
 # (Lightning runs `training_step` this way, and so does `optimizer.step(closure)`).
 _CLOSURE_WORDS = ("closure", "training step")
 _PASS_FUNCTIONS = frozenset({"forward", "backward", "_call_impl", "_wrapped_call_impl"})
-_OPTIMIZER_TEXT = (
-    r"/(?:Adam|AdamW|Adagrad|RMSProp|Momentum)(?:_\d+)?/|Adam/Initializer|optimizer\.step\("
-    r"|_init_group|_multi_tensor_adam"
-)
 
 
 class OptimizerState(RuleSpec):
@@ -137,7 +133,7 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
                 return found
         if fail is None or _in_closure(fail):
             return None
-        in_optimizer = fail.in_frames(file_pattern=_OPTIMIZER_FILES) or fail.says(_OPTIMIZER_TEXT)
+        in_optimizer = fail.in_frames(file_pattern=_OPTIMIZER_FILES) or said(fail).optimizer_state
         if not in_optimizer:
             return None
         creating = fail.in_frames(_OPTIMIZER_FILES, _STATE_INIT)

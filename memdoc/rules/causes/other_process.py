@@ -14,6 +14,7 @@ from memdoc.rules.facts import (
     failure,
     frameworks,
     library_name,
+    message_said,
     starved_library,
     tiny_request,
 )
@@ -47,10 +48,6 @@ class _Others:
     # True when only the framework's pool is known: the unaccounted figure is then what is
     # left after a CUDA context and its libraries' workspaces, which the message leaves out.
     beyond_context: bool = False
-
-
-# PyTorch's wording when a CUDA runtime call (not its allocator) returns out of memory.
-_C10_CHECK = "cuda error: out of memory"
 
 
 class OtherProcess(RuleSpec):
@@ -171,7 +168,7 @@ keep their memory until they are stopped.
             and oom.framework == "pytorch"
             and oom.phase is None
             and not fail.stack
-            and _C10_CHECK in oom.message.lower()
+            and message_said(fail).cuda_runtime_call
         ):
             return None
         summary = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from memdoc.rules.base import Finding, Fix
 from memdoc.rules.confidence import POSSIBLE, STRONG, Signals
-from memdoc.rules.facts import baselines, failed_device, failure, frameworks, step_curve
+from memdoc.rules.facts import baselines, failed_device, failure, frameworks, said, step_curve
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
@@ -12,8 +12,6 @@ from memdoc.rules.spec import (
 )
 from memdoc.rules.trend import fit_trend
 from memdoc.trace.reader import Trace
-
-_RETAIN = r"retain_graph\s*=\s*True|create_graph\s*=\s*True"
 
 
 class RetainGraph(RuleSpec):
@@ -71,7 +69,7 @@ step's worth of activations every iteration.
 
     def check(self, trace: Trace) -> Finding | None:
         fail = failure(trace)
-        if fail is None or not fail.says(_RETAIN):
+        if fail is None or not said(fail).retain_graph:
             return None
         growth = None
         if not trace.is_text_only:

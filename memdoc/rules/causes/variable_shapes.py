@@ -6,7 +6,7 @@ import statistics
 
 from memdoc.rules.base import Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, Signals
-from memdoc.rules.facts import failed_device, failure, frameworks, step_curve
+from memdoc.rules.facts import failed_device, failure, frameworks, said, step_curve
 from memdoc.rules.spec import (
     RuleSpec,
     count_evidence,
@@ -21,7 +21,6 @@ MIN_STEPS = 6
 VARYING_PEAKS = 0.15
 # A new high of the pool, after warm-up, at this many separate steps.
 MIN_NEW_HIGHS = 3
-_RETRACING = r"triggered tf\.function retracing|Recompiling|recompil(?:ed|ation) .*(?:shape|static)"
 
 
 class VariableShapes(RuleSpec):
@@ -107,7 +106,7 @@ step reuse the same blocks and compiled programs.
     def check(self, trace: Trace) -> Finding | None:
         fail = failure(trace)
         if trace.is_text_only:
-            if fail is None or not fail.says(_RETRACING):
+            if fail is None or not said(fail).retracing:
                 return None
             return self.finding(
                 trace,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, WEAK, Signals
-from memdoc.rules.facts import Failure, failure, frameworks, specific_library
+from memdoc.rules.facts import Failure, failure, frameworks, said, specific_library
 from memdoc.rules.host import data_held
 from memdoc.rules.spec import (
     RuleSpec,
@@ -16,13 +16,6 @@ from memdoc.rules.spec import (
 from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes
 
-_REMAT = r"by rematerialization|HLO temp|Program hbm requirement|BufferAssignment"
-_XLA_OOM = (
-    r"Out\s+of\s+memory\s+while\s+trying\s+to\s+allocate|Out\s+of\s+memory\s+allocating"
-    r"|Failed to allocate request for|RESOURCE_EXHAUSTED"
-)
-
-
 # A request this many times all the data the program held was made inside the program.
 FAR_LARGER = 8.0
 _TO_CONFIRM = "print `jax.jit(f).lower(...).compile().memory_analysis()`"
@@ -33,7 +26,7 @@ def made_inside_the_program(trace: Trace, fail: Failure) -> bool:
     made it (a temporary), so a smaller batch or rematerialisation shrinks it."""
     oom = fail.oom
     requested = oom.requested_bytes
-    if oom.framework != "jax" or not requested or not fail.says(_XLA_OOM):
+    if oom.framework != "jax" or not requested or not said(fail).xla_out_of_memory:
         return False
     if fail.jitted_call == "":
         return False  # no jitted function of the program ran: one eager operation made it
@@ -117,11 +110,20 @@ sequences scale the temporaries.
             return None
         oom = fail.oom
         involved = frameworks(trace, oom)
-        if oom.xla_temp_bytes or oom.xla_buffers or oom.kind == "compile" or fail.says(_REMAT):
+        if (
+            oom.xla_temp_bytes
+            or oom.xla_buffers
+            or oom.kind == "compile"
+            or said(fail).xla_buffer_plan
+        ):
             return self._planned(trace, fail, involved)
         if fail.jitted_call == "":
             return None  # an eager operation's result, not a compiled program's working set
-        if oom.framework == "jax" and specific_library(oom) is None and fail.says(_XLA_OOM):
+        if (
+            oom.framework == "jax"
+            and specific_library(oom) is None
+            and said(fail).xla_out_of_memory
+        ):
             return self._unplanned(trace, fail, involved)
         return None
 
