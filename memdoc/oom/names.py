@@ -27,6 +27,13 @@ def has_words(name: str, phrases: Iterable[str]) -> bool:
     return False
 
 
+def has_stem(name: str, stems: Iterable[str]) -> bool:
+    """True when one of the stems is anywhere in `name`, without case: "valid" is in
+    "Validation", "sampl" in "sampling"."""
+    lower = name.lower()
+    return any(stem in lower for stem in stems)
+
+
 # TensorFlow ops that fill a new tensor with random values: what a variable's initializer
 # runs (Keras's default initializers are glorot_uniform, random uniform for embeddings,
 # truncated normal), and dropout inside a step. Outside any step they build weights.

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import bisect
-import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from memdoc.oom.frames import file_name, frame_matches, frame_parts
 from memdoc.oom.growthcues import GrowthCues, growth_cues
-from memdoc.oom.names import has_words
 from memdoc.oom.textcues import MessageCues, TextCues, message_cues, text_cues
 from memdoc.rules.trend import Trend, fit_trend
 from memdoc.trace.model import (
@@ -33,8 +32,6 @@ _T = TypeVar("_T")
 _READINGS: ContextVar[dict[tuple[Any, ...], tuple[tuple[object, ...], Any]] | None] = ContextVar(
     "memdoc_fact_readings", default=None
 )
-_PATH_SEPARATORS = re.compile(r"[/\\]")
-_FRAME_RE = re.compile(r"^(?P<file>.*):(?P<line>\d+):(?P<function>[^:]*)$")
 
 
 @dataclass(frozen=True)
@@ -73,21 +70,17 @@ class Failure:
         function_words: Sequence[str] = (),
         file_words: Sequence[str] = (),
     ) -> bool:
-        """True when one frame matches every test given: the file pattern anywhere in its
-        path, the function pattern as the whole function name, and one of the phrases as
-        whole words of the function name or of the path ("load" is not in "dataloader")."""
-        file_re = re.compile(file_pattern, re.IGNORECASE)
-        function_re = re.compile(function_pattern or ".*", re.IGNORECASE)
-        for frame in self.stack:
-            file, _, function = frame_parts(frame)
-            if not (file_re.search(file) and function_re.fullmatch(function)):
-                continue
-            if function_words and not has_words(function, function_words):
-                continue
-            if file_words and not has_words(file, file_words):
-                continue
-            return True
-        return False
+        """True when one frame matches every test given (see `frame_matches`)."""
+        return any(
+            frame_matches(
+                frame,
+                file_pattern,
+                function_pattern,
+                function_words=function_words,
+                file_words=file_words,
+            )
+            for frame in self.stack
+        )
 
 
 # Frames of a training step's forward and backward passes (PyTorch modules, autograd, Keras).
@@ -130,16 +123,8 @@ def innermost_frames(fail: Failure, count: int = 2) -> str:
 def short_frame(frame: str) -> str:
     """ "train.py:55 evaluate" from "/any/path/train.py:55:evaluate"."""
     file, line, function = frame_parts(frame)
-    name = _PATH_SEPARATORS.split(file)[-1]
+    name = file_name(file)
     return f"{name}:{line} {function}" if line is not None else name
-
-
-def frame_parts(frame: str) -> tuple[str, int | None, str]:
-    """("train.py", 12, "main") from "train.py:12:main"; tolerant of odd frames."""
-    match = _FRAME_RE.match(frame)
-    if match is None:
-        return frame, None, ""
-    return match["file"], int(match["line"]), match["function"]
 
 
 @contextmanager

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import re
-
+from memdoc.oom.frames import TRACEBACK_START, read_traceback
 from memdoc.oom.logtext import strip_prefix
 from memdoc.trace.model import SCHEMA_VERSION, Event, EventKind, Header, OomInfo
 from memdoc.trace.reader import Trace
 
-_TRACEBACK_START = "Traceback (most recent call last)"
-_FRAME = re.compile(
-    r'^File "(?P<file>[^"]{1,500})", line (?P<line>\d{1,9}), in (?P<function>\S{1,200})'
-)
 # How far before the error to look for its traceback and for progress ("epoch 12").
 LOOKBACK_LINES = 300
 CONTEXT_MAX_CHARS = 20_000
@@ -24,7 +19,7 @@ def text_trace(text: str, oom: OomInfo) -> Trace:
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     end = _error_line(lines, oom)
     start = max(0, end - LOOKBACK_LINES)
-    stack, source = _traceback(lines[start : end + 1])
+    stack, source = read_traceback(lines[start : end + 1])
     after = _continuation(lines, end)
     context = "\n".join(lines[start : after + 1])[-CONTEXT_MAX_CHARS:]
     trace = Trace(Header(version=SCHEMA_VERSION, created_unix=0.0, memdoc_version="", mode="text"))
@@ -46,7 +41,7 @@ def _continuation(lines: list[str], end: int) -> int:
     last = end
     for index in range(end + 1, min(len(lines), end + 1 + AFTER_LINES)):
         line = strip_prefix(lines[index]).strip()
-        if not line or line.startswith(_TRACEBACK_START):
+        if not line or line.startswith(TRACEBACK_START):
             break
         last = index
     return last
@@ -57,21 +52,3 @@ def _error_line(lines: list[str], oom: OomInfo) -> int:
     if oom.line is not None and 1 <= oom.line <= len(lines):
         return oom.line - 1 + oom.message.count("\n")
     return len(lines) - 1
-
-
-def _traceback(lines: list[str]) -> tuple[list[str], list[str]]:
-    """Frames ("file:line:function") and their code lines of the last traceback in `lines`."""
-    stripped = [strip_prefix(line) for line in lines]
-    starts = [i for i, line in enumerate(stripped) if line.startswith(_TRACEBACK_START)]
-    begin = starts[-1] if starts else 0
-    stack: list[str] = []
-    source: list[str] = []
-    for index in range(begin, len(stripped)):
-        match = _FRAME.match(stripped[index])
-        if match is None:
-            continue
-        stack.append(f"{match['file']}:{match['line']}:{match['function']}")
-        following = stripped[index + 1] if index + 1 < len(stripped) else ""
-        if following and not _FRAME.match(following) and not following.startswith("^"):
-            source.append(following)
-    return stack, source

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import re
-
-from memdoc.oom.names import has_words
+from memdoc.oom.frames import in_file
+from memdoc.oom.names import has_stem, has_words
 from memdoc.rules.base import Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, Signals
 from memdoc.rules.facts import Failure, failed_device, failure, frameworks, said, series_named
@@ -19,7 +18,8 @@ from memdoc.rules.spec import (
 from memdoc.trace.reader import Trace
 from memdoc.units import GiB, format_bytes
 
-_LOAD_LABEL = r"load|checkpoint|restore|resume"
+# Stems of a phase mark's label that loads saved state ("load_checkpoint", "Restoring").
+_LOAD_LABEL = ("load", "checkpoint", "restore", "resume")
 _LOAD_FILES = r"torch[/\\]serialization\.py|safetensors|orbax"
 # Activation checkpointing (torch/utils/checkpoint.py) recomputes, it loads nothing.
 _RECOMPUTE_FILES = r"torch[/\\]utils[/\\]checkpoint\.py"
@@ -182,11 +182,7 @@ model trains fine once loaded.
         )
 
     def _recorded_spike(self, trace: Trace, fail: Failure | None) -> Finding | None:
-        marks = [
-            m
-            for m in trace.marks()
-            if re.search(_LOAD_LABEL, str(m.data.get("label", "")), re.IGNORECASE)
-        ]
+        marks = [m for m in trace.marks() if has_stem(str(m.data.get("label", "")), _LOAD_LABEL)]
         device = failed_device(trace, fail.oom if fail else None)
         allocated = [
             s
@@ -251,7 +247,7 @@ def _fixes_under(trace: Trace, fail: Failure) -> tuple[Fix, ...]:
 def _in_checkpoint_file(fail: Failure) -> bool:
     """A frame in a file named for checkpoints, other than activation checkpointing's."""
     return any(
-        has_words(file, ["checkpoint"]) and re.search(_RECOMPUTE_FILES, file) is None
+        has_words(file, ["checkpoint"]) and not in_file(file, _RECOMPUTE_FILES)
         for file in fail.files
     )
 

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import re
 import statistics
 from dataclasses import dataclass
 
-from memdoc.oom.names import has_words
+from memdoc.oom.frames import file_name, frame_parts
+from memdoc.oom.names import has_stem, has_words
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, Signals
 from memdoc.rules.facts import (
     Failure,
     failed_device,
     failure,
-    frame_parts,
     frameworks,
     said,
     short_frame,
@@ -30,7 +29,8 @@ from memdoc.trace.phases import phase_at
 from memdoc.trace.reader import Series, Trace
 from memdoc.units import format_bytes
 
-_EVAL_LABEL = r"eval|valid|predict|test|infer|sampl|generat"
+# Stems of a phase mark's label that evaluates or samples ("validation", "generate").
+_EVAL_LABEL = ("eval", "valid", "predict", "test", "infer", "sampl", "generat")
 # Words of an evaluation or generation function's name (`evaluate_model`, `validation_step`).
 EVAL_WORDS = (
     "evaluate",
@@ -244,7 +244,7 @@ def _in_eval_frames(fail: Failure) -> bool:
 def _eval_script(frame: str) -> bool:
     """The top level of a script named for evaluation (`evaluate.py`, `test.py`)."""
     file, _, function = frame_parts(frame)
-    script = re.split(r"[/\\]", file)[-1]
+    script = file_name(file)
     return function in ("<module>", "main") and has_words(script, EVAL_SCRIPT_WORDS)
 
 
@@ -264,7 +264,7 @@ def _eval_spans(trace: Trace) -> list[_Span]:
     spans: list[_Span] = []
     for mark in trace.marks():
         label = str(mark.data.get("label", ""))
-        if not re.search(_EVAL_LABEL, label, re.IGNORECASE) or _grad_off(mark):
+        if not has_stem(label, _EVAL_LABEL) or _grad_off(mark):
             continue
         later = [t for t in boundaries if t > mark.t]
         spans.append(_Span(label, mark.t, later[0] if later else trace.duration_s))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from memdoc.oom.frames import frame_parts
 from memdoc.oom.names import fills_random_values
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
@@ -10,7 +11,6 @@ from memdoc.rules.facts import (
     device_total,
     failed_device,
     failure,
-    frame_parts,
     frameworks,
     said,
     step_phase,

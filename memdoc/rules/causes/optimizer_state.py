@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import re
-
+from memdoc.oom.frames import in_file
 from memdoc.oom.names import has_words
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals
@@ -199,8 +198,7 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
 
 def _in_closure(fail: Failure) -> bool:
     """True when the error came from a closure the optimizer's step called, not the optimizer."""
-    files = re.compile(_OPTIMIZER_FILES, re.IGNORECASE)
-    inner = [i for i, file in enumerate(fail.files) if files.search(file)]
+    inner = [i for i, file in enumerate(fail.files) if in_file(file, _OPTIMIZER_FILES)]
     if not inner:
         return False
     called = fail.functions[inner[-1] + 1 :]
