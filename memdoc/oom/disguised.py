@@ -158,9 +158,21 @@ ADVICE = re.compile(
     r" out of memory|not a failure",
     re.I,
 )
-_GPU_WORDS = re.compile(
-    r"cuda|gpu|hip|rocm|device|cudnn|cublas|nccl|nvinfer|\[trt\]|thrust::|" + GPU_NAMES, re.I
+# The words that put a line about memory on a GPU, as (pattern, where it is said): one table
+# for every reader that asks whether a line is about a device or the host.
+GPU_WORDS = (
+    (r"cuda", "CUDA's own names: cudaMalloc, CUDA_ERROR_OUT_OF_MEMORY, libcudart"),
+    (r"gpu", "GPU, gpus, GPU_0_bfc (TensorFlow's allocator)"),
+    (r"\bhip", "AMD's runtime: hipMalloc, hipErrorOutOfMemory (not 'ship')"),
+    (r"rocm", "ROCm, rocm-smi"),
+    (r"device", "device, devices, device:0"),
+    (r"\bvram\b", "what people call a GPU's memory"),
+    (r"\bmps\b", "Apple's Metal backend in PyTorch"),
+    (r"显存", "a GPU's memory, in Chinese"),
+    (r"cudnn|cublas|nccl|nvinfer|\[trt\]|thrust::", "GPU libraries: TensorRT, Thrust"),
+    (GPU_NAMES, "accelerators by their model"),
 )
+GPU_WORDS_PATTERN = re.compile("|".join(pattern for pattern, _ in GPU_WORDS), re.I)
 _LIBRARY_WORDS = (
     ("nccl", "nccl"),
     ("nvinfer", "trt"),
@@ -261,7 +273,7 @@ def find_fallback(log: LogText) -> list[Hit]:
             continue
         # The line, or the one above it (C++'s "terminate called after throwing an instance
         # of 'thrust::system::system_error'" above its what()).
-        if _GPU_WORDS.search(first) or _GPU_WORDS.search(log.head(line - 1, 300)):
+        if GPU_WORDS_PATTERN.search(first) or GPU_WORDS_PATTERN.search(log.head(line - 1, 300)):
             library = _library_named(first.lower()) or "cuda"
             hits.append(replace(_hit(log, line, window, library, None, lookback=False), weak=True))
         else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from memdoc.oom.context import framework_in
-from memdoc.oom.disguised import ADVICE, GPU_NAMES
+from memdoc.oom.disguised import ADVICE, GPU_WORDS_PATTERN
 from memdoc.oom.host import OTHER_KILLER
 from memdoc.oom.logtext import Hit, LogText, rank_of, strip_prefix
 from memdoc.trace.model import OomInfo
@@ -55,7 +55,6 @@ _CODE = re.compile(
     r"|\bin str\(|==\s{0,3}[\"']|:\s*$"
 )
 _HOST_WORDS = re.compile(r"\b(?:RAM|host memory|system memory|CPU memory|swap)\b|内存", re.I)
-_GPU_WORDS = re.compile(r"\b(?:cuda|gpu|gpus|vram|hip|rocm|mps|device)\b|显存|" + GPU_NAMES, re.I)
 # Not a failure: "how to avoid OOM", "no OOM", "not out of memory", "OOM-free".
 _NOT_AN_ERROR = re.compile(
     r"\b(?:avoid|avoiding|prevent|preventing|without|no|not|never|reduce|reducing)\s+"
@@ -86,7 +85,7 @@ def find(log: LogText) -> list[Hit]:
             return [Hit(line=index, end=index, info=info, rank=info.rank, weak=True)]
         if _DEVICE_MEMORY.search(text) is None:
             continue
-        if _HOST_WORDS.search(text) and not _GPU_WORDS.search(text):
+        if _HOST_WORDS.search(text) and not GPU_WORDS_PATTERN.search(text):
             info = _info(text, "host-alloc", framework="host", device_type="cpu")
         else:
             named = framework_in(text.lower()) or "unknown"
