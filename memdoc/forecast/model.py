@@ -89,3 +89,4 @@ class NoForecast:
 NO_LIMIT = "no-limit"
 TOO_FEW_STEPS = "too-few-steps"
 NO_GROWTH = "no-growth"
+BEYOND_REACH = "beyond-reach"  # growth, but the limit lies far past what was measured

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from memdoc.forecast.fit import Z_90, LineFit, theil_sen, warmup_points
 from memdoc.forecast.model import (
+    BEYOND_REACH,
     NO_GROWTH,
     NO_LIMIT,
     TOO_FEW_STEPS,
@@ -18,8 +19,14 @@ from memdoc.forecast.model import (
 )
 from memdoc.units import format_bytes
 
-# Fewer trend points than this (after the warm-up) make no forecast.
-MIN_TREND_POINTS = 6
+# Fewer trend points than this (after the warm-up) make no forecast: a handful of points
+# rising together is as often a program finding its shapes (compiles, buckets, caches
+# warming) as a leak.
+MIN_TREND_POINTS = 10
+# A line is not followed further than this many times the steps it was fitted over: 20 KiB
+# a step seen over 500 steps says nothing about a RAM a million steps away (2,000 times
+# further), where 40 MiB a step over 18 steps does about one 90 times further.
+MAX_EXTRAPOLATION = 200
 # Growth over the fitted window must stand this many robust standard deviations above
 # the scatter of the peaks, and be at least this share of their level: a flat line with
 # noise on it is not a trend.
@@ -59,6 +66,13 @@ def analyse(series: StepSeries) -> Forecast | NoForecast:
     early = _crossing(reach, fit.slope_high, fit.intercept_for(fit.slope_high, xs, ys))
     late = _crossing(series.limit_bytes, fit.slope_low, fit.intercept_for(fit.slope_low, xs, ys))
     central = _crossing(series.limit_bytes, fit.slope, fit.intercept)
+    measured = max(int(xs[-1] - xs[0]), 1)
+    if central - last_step > MAX_EXTRAPOLATION * measured:
+        detail = (
+            f"at {format_bytes(fit.slope)} per step the limit is {central - last_step:,} steps "
+            f"away, more than {MAX_EXTRAPOLATION} times the {measured:,} steps measured"
+        )
+        return NoForecast(BEYOND_REACH, detail, points=len(xs))
     pace = seconds_per_step(series.steps[skip:], series.times_s[skip:])
     return Forecast(
         metric=series.metric,
@@ -90,7 +104,7 @@ def earliest(results: Sequence[Forecast | NoForecast]) -> Forecast | NoForecast 
     if forecasts:
         return min(forecasts, key=lambda f: (f.oom_step, f.eta_s or 0.0))
     reasons = [r for r in results if isinstance(r, NoForecast)]
-    order = (NO_GROWTH, TOO_FEW_STEPS, NO_LIMIT)
+    order = (BEYOND_REACH, NO_GROWTH, TOO_FEW_STEPS, NO_LIMIT)
     return min(reasons, key=lambda r: order.index(r.reason)) if reasons else None
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from memdoc.forecast import Forecast, NoForecast, StepSeries, assess, forecast
-from memdoc.forecast.model import NO_GROWTH, NO_LIMIT, TOO_FEW_STEPS
+from memdoc.forecast.model import BEYOND_REACH, NO_GROWTH, NO_LIMIT, TOO_FEW_STEPS
 from memdoc.forecast.predict import analyse
 from memdoc.trace import load_trace
 
@@ -115,3 +115,19 @@ def test_the_leak_rule_fixtures_forecast_where_memory_grows(name: str, expected:
         assert result.growth_bytes_per_step > 0
     else:
         assert result is not None and result.reason == expected
+
+
+def test_a_slow_drift_is_not_followed_to_a_limit_far_past_what_was_measured() -> None:
+    GiB = 1 << 30
+    # 20 KiB a step over 500 steps: 24 GiB of RAM is about a million steps away.
+    drift = analyse(series(leak(500, start=GiB // 4, per_step=20 * 1024), limit=24 * GiB))
+    assert isinstance(drift, NoForecast) and drift.reason == BEYOND_REACH
+    assert "more than 200 times the" in drift.detail
+    # 40 MiB a step over 20 steps: 64 GiB is about 90 times further: still forecast.
+    steady = analyse(series(leak(20, start=1 * GiB, per_step=40 * MiB), limit=64 * GiB))
+    assert isinstance(steady, Forecast)
+
+
+def test_a_handful_of_rising_points_makes_no_forecast_yet() -> None:
+    few = analyse(series(leak(9)))  # one warm-up point, then eight
+    assert isinstance(few, NoForecast) and few.reason == TOO_FEW_STEPS
