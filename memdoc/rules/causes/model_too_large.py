@@ -46,6 +46,13 @@ _BUILD_FRAMES = (
     (r"keras[/\\]", r"build|build_wrapper|_maybe_build|_maybe_rebuild|add_weight|add_variable"),
     (r"keras[/\\](?:src[/\\])?initializers[/\\]", ""),
 )
+# Drawing random values in JAX: `jax.random`, and the initializers of jax.nn, Flax and Haiku.
+_RANDOM_FILL_FRAMES = (
+    (r"jax[/\\]_src[/\\]random(?:\.py|[/\\])", ""),
+    (r"jax[/\\]_src[/\\]nn[/\\]initializers\.py", ""),
+    (r"flax[/\\](?:linen|nnx)[/\\]", r"init|initializer"),
+    (r"haiku[/\\]_src[/\\]initializers\.py", ""),
+)
 WEIGHTS_FILL = 0.8
 # The device full (under this share free) while the framework held under SMALL_SHARE of it:
 # the weights being placed did not fill it.
@@ -271,10 +278,14 @@ def _building(fail: Failure) -> bool:
 
 
 def _initializing_outside_a_loop(trace: Trace, fail: Failure) -> bool:
-    """TensorFlow failed making a tensor of random values before any step and outside any
-    loop phase: a variable's initializer (a model building its weights when first called),
-    not dropout, which runs inside a step."""
-    if trace.is_text_only or not fills_random_values(fail.oom.op) or step_phase(fail):
+    """A framework failed making a tensor of random values before any step and outside any
+    loop phase: a TensorFlow variable's initializer (a model building its weights when first
+    called), a JAX program drawing its parameters with `jax.random` or an initializer; not
+    dropout or a batch of noise, which come inside or after steps."""
+    drawing = fills_random_values(fail.oom.op) or any(
+        fail.in_frames(f, fn) for f, fn in _RANDOM_FILL_FRAMES
+    )
+    if trace.is_text_only or not drawing or step_phase(fail):
         return False
     stepped = any(s.t <= fail.t for s in trace.steps())
     return not stepped and phase_at(trace, fail.t, fail.pid) is None
