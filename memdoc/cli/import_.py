@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         printable(f"memdoc: wrote {out}") + ": "
         f"{len(trace.devices())} device(s), {values} values, "
-        f"{len(trace.events())} events over {format_duration(trace.duration_s)}"
+        f"{trace.event_count()} events over {format_duration(trace.duration_s)}"
     )
     return 0
 

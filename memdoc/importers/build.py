@@ -164,7 +164,7 @@ def _write(trace: Trace, path: Path, folder: Path) -> None:
             writer.process(_shifted_process(process, -t0))
         for t, values in _instants(trace):
             writer.samples(t0 + t, values)
-        for event in trace.events():
+        for event in trace.iter_events():
             data = _relative_snapshot(event, folder)
             writer.event(Event(t=t0 + event.t, kind=event.kind, pid=event.pid, data=data))
     finally:

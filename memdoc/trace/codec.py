@@ -199,16 +199,21 @@ def decode_series(record: Mapping[str, Any]) -> tuple[int, SeriesKey]:
 
 
 def decode_event(record: Mapping[str, Any]) -> Event:
+    return Event(*decode_event_fields(record))
+
+
+def decode_event_fields(record: Mapping[str, Any]) -> tuple[float, str, int | None, dict[str, Any]]:
+    """An event's t, kind, pid and data, for a reader that keeps them without the `Event`."""
     data = record.get("data")
     pid = record.get("pid")
     t = float(record["t"])
     if not _is_float(t):
         raise ValueError("t is not a time")
-    return Event(
-        t=t,
-        kind=str(record["kind"]),
-        pid=int(pid) if pid is not None else None,
-        data=data if isinstance(data, dict) else {},
+    return (
+        t,
+        str(record["kind"]),
+        int(pid) if pid is not None else None,
+        (data if isinstance(data, dict) else {}),
     )
 
 

@@ -18,6 +18,7 @@ from typing import IO, Any
 from memdoc.errors import InputError, TraceError
 from memdoc.files import require_regular_file
 from memdoc.trace import codec
+from memdoc.trace.eventlog import EventLog, EventView
 from memdoc.trace.model import (
     FORMAT_NAME,
     FRAMEWORK_PREFIXES,
@@ -119,7 +120,8 @@ class Trace:
         self.warnings: list[str] = []
         self.devices_by_index: dict[int, DeviceInfo] = {}
         self._series: dict[SeriesKey, Series] = {}
-        self._events: list[Event] = []
+        self._events = EventLog()
+        self._steps: tuple[int, EventView] | None = None  # (events then, steps()) when asked
         self._processes: dict[int, ProcessInfo] = {}
         self._collectors: list[CollectorStatus] = []
         self.exit: ExitInfo | None = None
@@ -146,7 +148,7 @@ class Trace:
             key: Series(key, array("d", s.times), array("d", s.values))
             for key, s in self._series.items()
         }
-        twin._events = list(self._events)
+        twin._events = self._events.copy()
         twin._processes = dict(self._processes)
         twin._collectors = list(self._collectors)
         twin.exit = self.exit
@@ -155,8 +157,16 @@ class Trace:
         return twin
 
     def add_event(self, event: Event) -> None:
-        self._events.append(event)
+        self._events.add(event)
         self.last_t = max(self.last_t, event.t)
+
+    def _add_read_event(
+        self, fields: tuple[float, str, int | None, dict[str, Any]], line: bytes | None
+    ) -> None:
+        """`add_event` for an event just read from `line`, without making the `Event`."""
+        t, kind, pid, data = fields
+        self._events.append(t, kind, pid, data, line=line)
+        self.last_t = max(self.last_t, t)
 
     def add_values(self, t: float, pairs: Iterable[tuple[SeriesKey, float]]) -> None:
         for key, value in pairs:
@@ -298,45 +308,56 @@ class Trace:
         steps = self.steps()
         out: list[StepStat] = []
         t_prev = 0.0
-        for event in steps:
+        for t, number in zip(steps.times(), steps.values("step"), strict=True):
             baseline = None
             peak_values: list[float] = []
             if series is not None:
-                baseline = series.at(event.t + 1e-9)
-                if (m := series.max_between(t_prev, event.t)) is not None:
+                baseline = series.at(t + 1e-9)
+                if (m := series.max_between(t_prev, t)) is not None:
                     peak_values.append(m)
-            if peaks is not None and (m := peaks.max_between(t_prev, event.t)) is not None:
+            if peaks is not None and (m := peaks.max_between(t_prev, t)) is not None:
                 peak_values.append(m)
-            number = event.data.get("step")
             out.append(
                 StepStat(
                     step=int(number) if isinstance(number, int) else len(out) + 1,
                     t_start=t_prev,
-                    t_end=event.t,
+                    t_end=t,
                     baseline=baseline,
                     peak=max(peak_values) if peak_values else None,
                 )
             )
-            t_prev = event.t
+            t_prev = t
         return out
 
     # -- events ---------------------------------------------------------------------------
 
     def events(self, kind: str | None = None) -> list[Event]:
-        if kind is None:
-            return list(self._events)
-        return [e for e in self._events if e.kind == kind]
+        """The events, or those of one kind, in the order recorded. Steps come in millions:
+        read them through `steps()`, `iter_events()` or `event_count()` instead."""
+        return list(self._events.view(kind))
 
-    def steps(self) -> list[Event]:
+    def iter_events(self, start: int = 0) -> Iterator[Event]:
+        """The events in the order recorded, from the `start`-th on, made one at a time."""
+        return iter(self._events.view()[start:])
+
+    def event_count(self) -> int:
+        return len(self._events)
+
+    def steps(self) -> EventView:
         """Step boundaries. When several processes report steps, the first reporter's count;
-        when that process marked steps itself, only those (not the optimizer's as well)."""
-        steps = self.events(EventKind.STEP)
-        pids = {e.pid for e in steps}
-        if len(pids) > 1:
-            first = steps[0].pid
-            steps = [e for e in steps if e.pid == first]
-        if any(e.data.get("source") == USER_STEP for e in steps):
-            steps = [e for e in steps if e.data.get("source") == USER_STEP]
+        when that process marked steps itself, only those (not the optimizer's as well).
+
+        A view: its `times()` and `values(key)` read the steps without making each event.
+        """
+        if self._steps is not None and self._steps[0] == len(self._events):
+            return self._steps[1]
+        steps = self._events.view(EventKind.STEP)
+        if len(steps.pids()) > 1:
+            steps = steps.with_pid(steps[0].pid)
+        sources = steps.values("source")
+        if USER_STEP in sources:
+            steps = steps.where(source == USER_STEP for source in sources)
+        self._steps = (len(self._events), steps)
         return steps
 
     def losses(self) -> list[Loss]:
@@ -573,7 +594,7 @@ def _parse(path: Path, lines: Iterator[bytes], max_lines: int = MAX_LINES) -> Tr
                 "(damage, or a file made to fill memory)"
             )
         try:
-            _apply(trace, ids, json.loads(raw))
+            _apply(trace, ids, json.loads(raw), raw)
         except RECORD_ERRORS:
             bad += 1
             last_bad = line_no
@@ -585,7 +606,7 @@ def _parse(path: Path, lines: Iterator[bytes], max_lines: int = MAX_LINES) -> Tr
     return trace
 
 
-def _apply(trace: Trace, ids: dict[int, SeriesKey], record: Any) -> None:
+def _apply(trace: Trace, ids: dict[int, SeriesKey], record: Any, line: bytes | None) -> None:
     if isinstance(record, list):
         t = float(record[0])
         if not codec.is_time(t):
@@ -607,7 +628,7 @@ def _apply(trace: Trace, ids: dict[int, SeriesKey], record: Any) -> None:
         sid, key = codec.decode_series(record)
         ids[sid] = key
     elif kind == codec.T_EVENT:
-        trace.add_event(codec.decode_event(record))
+        trace._add_read_event(codec.decode_event_fields(record), line)
     elif kind == codec.T_DEVICE:
         trace.add_device(codec.decode_device(record))
     elif kind == codec.T_PROCESS:
@@ -636,7 +657,7 @@ def apply_record(trace: Trace, ids: dict[int, SeriesKey], record: Any) -> None:
     Raises:
         One of RECORD_ERRORS: a damaged record.
     """
-    _apply(trace, ids, record)
+    _apply(trace, ids, record, None)
 
 
 class Run:

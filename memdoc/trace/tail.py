@@ -124,7 +124,7 @@ class TraceTail:
             return 0
         self.trace = load_trace(self.path)
         self._offset = self.path.stat().st_size
-        return self.trace.values_read + len(self.trace.events()) + 1
+        return self.trace.values_read + self.trace.event_count() + 1
 
     def _restart(self) -> None:
         self.trace = None
@@ -161,7 +161,7 @@ def trace_until(trace: Trace, until_t: float) -> Trace:
             prefix._series[key] = Series(key, array("d", times), array("d", values))
             prefix.values_read += len(times)
             prefix.last_t = max(prefix.last_t, times[-1])
-    for event in trace.events():
+    for event in trace.iter_events():
         if event.t <= until_t:
             prefix.add_event(event)
     if trace.exit is not None and trace.exit.t <= until_t:

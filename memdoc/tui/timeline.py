@@ -30,10 +30,9 @@ class EventIndex:
         self.frameworks: set[str] = set()  # frameworks the program imported
 
     def update(self, trace: Trace) -> None:
-        events = trace.events()
-        for event in events[self._seen :]:
+        for event in trace.iter_events(self._seen):
             self._add(event)
-        self._seen = len(events)
+            self._seen += 1
 
     def _add(self, event: Event) -> None:
         if event.kind == EventKind.STEP:
