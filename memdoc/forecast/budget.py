@@ -135,11 +135,16 @@ def assemble(
 def trace_step_series(trace: Trace, *, until_s: float | None = None) -> list[StepSeries]:
     """Every measured quantity of a trace with a known limit, as per-step peaks (steps up
     to `until_s` when given: what a forecast made at that moment would have seen)."""
-    events = [e for e in trace.steps() if until_s is None or e.t <= until_s]
-    steps = [_step_number(e.data.get("step"), i) for i, e in enumerate(events)]
-    step_times = [e.t for e in events]
+    every = trace.steps()
+    kept = [
+        (t, number)
+        for t, number in zip(every.times(), every.values("step"), strict=True)
+        if until_s is None or t <= until_s
+    ]
+    steps = [_step_number(number, i) for i, (_, number) in enumerate(kept)]
+    step_times = [t for t, _ in kept]
     out: list[StepSeries] = []
-    if not events:
+    if not kept:
         return out
     keys = trace.series_keys()
     peaks_of: dict[SeriesKey, list[SeriesKey]] = {}

@@ -115,7 +115,8 @@ def forecast_now(trace: Trace, now: float) -> ForecastNow | None:
     said = _last_forecast(trace)
     if said is None:
         return None
-    step = max([said.step, *_step_numbers(trace)[-1:]])
+    last = _last_step_number(trace)
+    step = said.step if last is None else max(said.step, last)
     seconds = None if said.eta_s is None else max(said.eta_s - (now - said.t_s), 0.0)
     return ForecastNow(
         limit=said.limit_label,
@@ -133,9 +134,13 @@ def _last_forecast(trace: Trace) -> Forecast | None:
     return Forecast.from_data(events[-1].data)
 
 
-def _step_numbers(trace: Trace) -> list[int]:
-    numbers = (e.data.get("step") for e in trace.steps())
-    return [n for n in numbers if isinstance(n, int)]
+def _last_step_number(trace: Trace) -> int | None:
+    """The number of the last step that has one (reads from the end: a run has millions)."""
+    for event in reversed(trace.steps()):
+        number = event.data.get("step")
+        if isinstance(number, int):
+            return number
+    return None
 
 
 def step_rate_per_s(trace: Trace, now: float, window_s: float = STEP_RATE_WINDOW_S) -> float | None:
@@ -143,7 +148,7 @@ def step_rate_per_s(trace: Trace, now: float, window_s: float = STEP_RATE_WINDOW
     steps = trace.steps()
     if len(steps) < 2:
         return None
-    recent = [e.t for e in steps if e.t >= now - window_s]
+    recent = [t for t in steps.times() if t >= now - window_s]
     if len(recent) < 2:
         return 0.0
     return (len(recent) - 1) / max(recent[-1] - recent[0], 1e-9)

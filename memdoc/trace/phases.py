@@ -170,7 +170,7 @@ def _last_try_trained(trace: Trace, last: tuple[float, int], oom_times: list[flo
     last_t, last_size = last
     if any(o >= last_t for o in oom_times):
         return None
-    went_on = any(e.t > last_t for e in trace.steps()) or (
+    went_on = any(t > last_t for t in trace.steps().times()) or (
         trace.exit is not None and trace.exit.status == 0
     )
     return last_size if went_on else None

@@ -234,7 +234,7 @@ job fails in the first steps, or on the first unusually long or large input.
         phase = step_phase(fail)
         if phase is None:
             return None
-        first = not any(step.t <= fail.t for step in trace.steps())
+        first = not any(t <= fail.t for t in trace.steps().times())
         requested = fail.oom.requested_bytes
         resident = resident_at_failure(trace, fail)
         limits = host_limits(trace, fail.pid, fail.host)

@@ -192,7 +192,7 @@ model trains fine once loaded.
         if not marks or not allocated:
             return None
         series = max(allocated, key=lambda s: max(s.values) if len(s) else 0.0)
-        boundaries = sorted({e.t for e in trace.marks()} | {e.t for e in trace.steps()})
+        boundaries = sorted({e.t for e in trace.marks()} | set(trace.steps().times()))
         for mark in marks:
             later = [t for t in boundaries if t > mark.t]
             end = later[0] if later else trace.duration_s

@@ -260,7 +260,7 @@ def _eval_frame(fail: Failure) -> str | None:
 
 def _eval_spans(trace: Trace) -> list[_Span]:
     """Evaluation marks, each lasting until the next mark or step (or the end)."""
-    boundaries = sorted([e.t for e in trace.marks()] + [e.t for e in trace.steps()])
+    boundaries = sorted([e.t for e in trace.marks()] + list(trace.steps().times()))
     spans: list[_Span] = []
     for mark in trace.marks():
         label = str(mark.data.get("label", ""))

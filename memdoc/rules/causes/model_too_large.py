@@ -222,7 +222,9 @@ it on one device.
             return None
         if fail.in_frames(file_pattern=r"serialization\.py") and not moving:
             return None  # torch.load itself: checkpoint-load-spike
-        before_steps = not trace.is_text_only and not any(s.t <= fail.t for s in trace.steps())
+        before_steps = not trace.is_text_only and not any(
+            t <= fail.t for t in trace.steps().times()
+        )
         evidence, full, held = _fill_evidence(trace, fail)
         if constructing and not moving:
             summary = (
@@ -287,7 +289,7 @@ def _initializing_outside_a_loop(trace: Trace, fail: Failure) -> bool:
     )
     if trace.is_text_only or not drawing or step_phase(fail):
         return False
-    stepped = any(s.t <= fail.t for s in trace.steps())
+    stepped = any(t <= fail.t for t in trace.steps().times())
     return not stepped and phase_at(trace, fail.t, fail.pid) is None
 
 

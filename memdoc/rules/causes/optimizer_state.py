@@ -136,7 +136,7 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
         if not in_optimizer:
             return None
         creating = fail.in_frames(_OPTIMIZER_FILES, _STATE_INIT)
-        first = not trace.is_text_only and not any(s.t <= fail.t for s in trace.steps())
+        first = not trace.is_text_only and not any(t <= fail.t for t in trace.steps().times())
         if creating and first:
             summary = (
                 "The error happened while the optimizer created its state, in the first step: "
