@@ -144,7 +144,7 @@ def build_timeline(trace: Trace, max_points: int = DEFAULT_MAX_POINTS) -> Timeli
     host = host_panel(trace, max_points)
     if host is not None:
         panels.append(host)
-    step_times = list(trace.steps().times())
+    step_times = trace.steps().times()
     stride = max(1, math.ceil(len(step_times) / MAX_STEP_LINES))
     return Timeline(
         panels=tuple(panels),
