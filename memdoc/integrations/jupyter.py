@@ -125,9 +125,7 @@ def _report_path(trace: Path) -> Path:
 def _show_text(text: str) -> None:
     from IPython.display import display
 
-    display(  # type: ignore[no-untyped-call]
-        _Rich(text, f"<pre>{html.escape(text)}</pre>")
-    )
+    display(_Rich(text, f"<pre>{html.escape(text)}</pre>"))
 
 
 def _show_diagnosis(text: str) -> None:
@@ -135,9 +133,7 @@ def _show_diagnosis(text: str) -> None:
 
     text = _ANSI_STYLE.sub("", text)  # the kernel sets FORCE_COLOR: the summary has colours
     markup = f'<pre style="white-space: pre-wrap">{html.escape(text)}</pre>'
-    display(  # type: ignore[no-untyped-call]
-        _Rich(text, markup)
-    )
+    display(_Rich(text, markup))
 
 
 def _show_link(report: Path) -> None:
@@ -147,9 +143,7 @@ def _show_link(report: Path) -> None:
     # which would be stored in the notebook at every run.
     href = html.escape(str(report), quote=True)
     text = f"memdoc: report written to {report}"
-    display(  # type: ignore[no-untyped-call]
-        _Rich(text, f'<a href="{href}" target="_blank">{html.escape(text)}</a>')
-    )
+    display(_Rich(text, f'<a href="{href}" target="_blank">{html.escape(text)}</a>'))
 
 
 class _Rich:

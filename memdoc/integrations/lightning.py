@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import Any, cast
 
 from memdoc.integrations.fit import RecordsFit
 from memdoc.session import DEFAULT_INTERVAL_S
@@ -19,15 +19,15 @@ def _callback_base() -> type[Any]:
     if "lightning.pytorch" not in sys.modules and "pytorch_lightning" in sys.modules:
         import pytorch_lightning
 
-        return pytorch_lightning.Callback
+        return cast(type[Any], pytorch_lightning.Callback)
     try:
         import lightning.pytorch
 
-        return lightning.pytorch.Callback
+        return cast(type[Any], lightning.pytorch.Callback)
     except ImportError:
         import pytorch_lightning
 
-        return pytorch_lightning.Callback
+        return cast(type[Any], pytorch_lightning.Callback)
 
 
 class MemdocCallback(RecordsFit, _callback_base()):  # type: ignore[misc]

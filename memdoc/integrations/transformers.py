@@ -11,7 +11,7 @@ from memdoc.integrations.fit import RecordsFit
 from memdoc.session import DEFAULT_INTERVAL_S
 
 
-class MemdocCallback(RecordsFit, TrainerCallback):
+class MemdocCallback(RecordsFit, TrainerCallback):  # type: ignore[misc]
     """Record memory during `trainer.train()`: `Trainer(..., callbacks=[MemdocCallback()])`.
 
     Each optimizer step (`state.global_step`) is a memdoc step, each epoch a mark
