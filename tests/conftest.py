@@ -83,6 +83,16 @@ _TIMED = frozenset(
         "tui/test_terminal.py",
     }
 )
+# Files whose tests share one costly module-scoped setup (a recorded cluster run, a started
+# TensorFlow runtime, a browser): all on one worker, so that the setup runs once, not once
+# per worker.
+_SHARED_SETUP = frozenset(
+    {
+        "cluster/test_two_nodes.py",
+        "collectors/test_tensorflow_bfc.py",
+        "report/test_report_browser.py",
+    }
+)
 # In files that run programs, a test or parameter named for a framework needs it.
 _FRAMEWORK_WORDS = {
     "tensorflow": "tensorflow",
@@ -127,8 +137,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         have = {mark.name for mark in item.iter_markers()}
         for name in sorted(_marks_of(item) - have):
             item.add_marker(name)
-        if _where(item) in _TIMED and "xdist_group" not in have:
+        where = _where(item)
+        if where in _TIMED and "xdist_group" not in have:
             item.add_marker(pytest.mark.xdist_group("timed"))
+        elif where in _SHARED_SETUP and "xdist_group" not in have:
+            item.add_marker(pytest.mark.xdist_group(where))
 
 
 def _where(item: pytest.Item) -> str | None:
