@@ -108,8 +108,7 @@ def test_a_days_older_trace_of_another_command_is_left_out_with_a_line(tmp_path:
     assert [r["rank"] for r in out["run"]["ranks"]] == [0, 1, 2, 3]
     (line,) = _lines_naming(err, old.name)
     assert line == (
-        f"memdoc: warning: {old}: left out, a trace of another run "
-        "(another command: other.py)"
+        f"memdoc: warning: {old}: left out, a trace of another run (another command: other.py)"
     )
 
 
