@@ -83,16 +83,6 @@ _TIMED = frozenset(
         "tui/test_terminal.py",
     }
 )
-# Files whose tests share one costly module-scoped setup (a recorded cluster run, a started
-# TensorFlow runtime, a browser): all on one worker, so that the setup runs once, not once
-# per worker.
-_SHARED_SETUP = frozenset(
-    {
-        "cluster/test_two_nodes.py",
-        "collectors/test_tensorflow_bfc.py",
-        "report/test_report_browser.py",
-    }
-)
 # In files that run programs, a test or parameter named for a framework needs it.
 _FRAMEWORK_WORDS = {
     "tensorflow": "tensorflow",
@@ -140,8 +130,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         where = _where(item)
         if where in _TIMED and "xdist_group" not in have:
             item.add_marker(pytest.mark.xdist_group("timed"))
-        elif where in _SHARED_SETUP and "xdist_group" not in have:
-            item.add_marker(pytest.mark.xdist_group(where))
 
 
 def _where(item: pytest.Item) -> str | None:
