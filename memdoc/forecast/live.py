@@ -105,9 +105,7 @@ class ForecastingSink:
             if now < self._next_compute:
                 return
             self._next_compute = now + RECOMPUTE_EVERY_S
-            result = self._forecast()
-            if result is not None or self.latest is not None:
-                self._maybe_write(result, event.t)
+            self._recompute(event.t)
 
     def settle(self, unix_t: float) -> None:
         """Forecast once more from every step seen, when the run has ended: the last
@@ -117,11 +115,15 @@ class ForecastingSink:
             return
         try:
             with self._lock:
-                result = self._forecast()
-                if result is not None or self.latest is not None:
-                    self._maybe_write(result, unix_t)
+                self._recompute(unix_t)
         except Exception:
             self.failed = True
+
+    def _recompute(self, unix_t: float) -> None:
+        """Forecast from the steps seen; write it when it is new or moved (lock held)."""
+        result = self._forecast()
+        if result is not None or self.latest is not None:
+            self._maybe_write(result, unix_t)
 
     def device(self, device: DeviceInfo) -> None:
         self.inner.device(device)

@@ -9,11 +9,10 @@ from dataclasses import dataclass
 
 from memdoc.report.downsample import DEFAULT_MAX_POINTS, minmax_downsample
 from memdoc.rules.facts import (
-    HOST_CURVE_LABELS,
     Curve,
     baseline_trend,
     framework_name,
-    host_curve_metric,
+    host_curve,
     step_curve,
 )
 from memdoc.trace import EventKind, Metric, Series, StepStat, Trace
@@ -200,9 +199,9 @@ def step_tables(trace: Trace) -> list[StepTable]:
         curve = step_curve(trace, info.index) if info.index >= 0 else None
         if curve is not None and curve.device == info.index:
             curves.append(curve)
-    host = host_curve_metric(trace)
+    host = host_curve(trace)
     if host is not None:
-        curves.append(Curve(HOST_CURVE_LABELS[host], host, None, None, trace.per_step(host)))
+        curves.append(host)
     return [_table(trace, curve) for curve in curves]
 
 

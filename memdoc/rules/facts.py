@@ -393,10 +393,15 @@ def step_curve(trace: Trace, device: int | None = None) -> Curve | None:
         key = series.key
         label = f"{framework_name(framework)} allocated on GPU {key.device}"
         return Curve(label, key.metric, key.device, key.pid, trace.per_step(*_key(series)))
+    return host_curve(trace)
+
+
+def host_curve(trace: Trace) -> Curve | None:
+    """The process tree's host memory at step boundaries, as `host_curve_metric` picks it."""
     host = host_curve_metric(trace)
-    if host is not None:
-        return Curve(HOST_CURVE_LABELS[host], host, None, None, trace.per_step(host))
-    return None
+    if host is None:
+        return None
+    return Curve(HOST_CURVE_LABELS[host], host, None, None, trace.per_step(host))
 
 
 # The host memory a curve reads, the program's own first: RSS also counts the file pages a
