@@ -164,12 +164,37 @@ def _start() -> None:
             local_rank=_ranks()[1],
         )
     )
-    session.start(thread=not address_space_capped())
+    session.start(thread=sampler_thread_wanted())
     push_session(session)
     if not _state:  # hooks are installed once per interpreter, sessions replaced after fork
         _install_hooks()
     _state["session"] = session
     _state["channel"] = channel
+
+
+# Device nodes of the accelerators whose counters the framework collectors read (NVIDIA,
+# AMD's ROCm, WSL2's GPU, TPU and other accel-class devices).
+ACCELERATOR_NODES = ("/dev/nvidiactl", "/dev/kfd", "/dev/dxg", "/dev/accel0", "/dev/accel/accel0")
+# Set to "thread" or "steps" to choose how the agent samples, over the choice below.
+ENV_SAMPLER = "MEMDOC_SAMPLER"
+
+
+def sampler_thread_wanted(nodes: tuple[str, ...] = ACCELERATOR_NODES) -> bool:
+    """Whether the agent samples on a thread of its own, between the program's steps.
+
+    Only a device's counters move unseen between steps: the parent samples host memory for
+    the whole process tree. Where the machine has no accelerator, or the process runs under
+    an address-space cap, the agent starts no thread and samples at the program's steps, at
+    an out-of-memory error and at the end. In glibc a thread's first allocation reserves a
+    malloc arena of 64 MiB of address space: a program under a cap would lose it, and one
+    that sets its cap later (relative to what it has mapped) would find its own threads
+    allocating from memdoc's reserve, with more room than it has alone."""
+    chosen = os.environ.get(ENV_SAMPLER, "").strip().lower()
+    if chosen in ("thread", "steps"):
+        return chosen == "thread"
+    if address_space_capped():
+        return False
+    return any(os.path.exists(node) for node in nodes)
 
 
 def address_space_capped() -> bool:

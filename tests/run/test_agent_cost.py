@@ -1,5 +1,7 @@
-"""What memdoc's agent costs the program it watches, under an address-space cap: a program
-that fits its cap plainly must fit it under `memdoc run`."""
+"""What memdoc's agent costs the program it watches: a program that fits its cap plainly must
+fit it under `memdoc run`, and on a machine without an accelerator the agent starts no thread
+at all (a thread's malloc arena reserves 64 MiB of address space, which a cap the program sets
+for itself later would count, or lend to the program's own threads)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from memdoc.run.agent import ACCELERATOR_NODES
 from memdoc.trace import load_trace
 from tests.conftest import memdoc_cmd
 
@@ -47,11 +50,17 @@ def _capped() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (CAP_BYTES, CAP_BYTES))
 
 
-def _figures(cmd: list[str], cwd: Path) -> dict[str, int]:
+def _figures(cmd: list[str], cwd: Path, *, capped: bool = True) -> dict[str, int]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMDOC")}
     env["OMP_NUM_THREADS"] = "1"
     done = subprocess.run(
-        cmd, cwd=cwd, env=env, preexec_fn=_capped, capture_output=True, text=True, timeout=120
+        cmd,
+        cwd=cwd,
+        env=env,
+        preexec_fn=_capped if capped else None,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("FIGURES ")]
     assert lines, done.stderr[-2000:]
@@ -72,4 +81,21 @@ def test_under_an_address_space_cap_the_agent_adds_under_16_mib_of_address_space
     assert watched["VmHWM"] - plain["VmHWM"] < 8 * MiB
     assert watched["Threads"] == plain["Threads"]
     # and it still saw every step
+    assert [e.data["step"] for e in load_trace(tmp_path / "t.memdoc").steps()] == list(range(1, 9))
+
+
+@pytest.mark.skipif(
+    any(os.path.exists(node) for node in ACCELERATOR_NODES),
+    reason="an accelerator is present: the agent samples its counters on a thread",
+)
+def test_without_a_cap_or_an_accelerator_the_agent_starts_no_thread(tmp_path: Path) -> None:
+    (tmp_path / "trains.py").write_text(TRAINS)
+    plain = _figures([sys.executable, "trains.py"], tmp_path, capped=False)
+    watched = _figures(
+        memdoc_cmd("run", "-q", "-o", "t.memdoc", "trains.py"), tmp_path, capped=False
+    )
+
+    # A thread would add one to the count and about 72 MiB of address space (stack, arena).
+    assert watched["Threads"] == plain["Threads"]
+    assert watched["VmPeak"] - plain["VmPeak"] < 16 * MiB
     assert [e.data["step"] for e in load_trace(tmp_path / "t.memdoc").steps()] == list(range(1, 9))

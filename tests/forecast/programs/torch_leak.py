@@ -10,7 +10,7 @@ import sys
 import time
 
 import torch
-from host_cap import cap_address_space
+from host_cap import cap_address_space, steady_malloc
 from torch import nn
 
 LEAK_MIB = float(sys.argv[1]) if len(sys.argv) > 1 else 3.0
@@ -19,6 +19,7 @@ SLEEP_S = float(sys.argv[3]) if len(sys.argv) > 3 else 0.04
 
 
 def main() -> None:
+    steady_malloc()
     torch.set_num_threads(1)
     torch.ones(1 << 20).sum()
     cap_address_space(BUDGET_MIB << 20)
