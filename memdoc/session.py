@@ -23,6 +23,7 @@ from memdoc.trace.model import (
     Event,
     EventKind,
     Header,
+    OomKind,
     ProcessInfo,
     SeriesKey,
     allowlisted_env,
@@ -344,7 +345,9 @@ def memory_error_event(
 
     text = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}"
     if type(exc) is MemoryError:  # Python's own: the host ran out, whatever the text says
-        oom: OomInfo | None = OomInfo(framework="host", kind="host-alloc", message=text[:2000])
+        oom: OomInfo | None = OomInfo(
+            framework="host", kind=OomKind.HOST_ALLOC, message=text[:2000]
+        )
     else:
         oom = parse_text(text[:MAX_MESSAGE_CHARS])
     if oom is None:

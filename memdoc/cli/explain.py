@@ -17,6 +17,7 @@ from memdoc.cli.common import (
     warn,
 )
 from memdoc.errors import MemdocError
+from memdoc.trace.model import OomKind
 from memdoc.units import format_percent
 
 # The rules, the trace reader and rich are imported when the command runs: every `memdoc`
@@ -35,10 +36,10 @@ SHOWN_IN_FULL = 0.25
 _KINDS = {
     "allocator": "out of memory",
     "compile": "out of memory in a compiled program",
-    "host-kill": "killed (host out of memory)",
-    "host-alloc": "host memory allocation failed",
-    "shm": "out of shared memory",
-    "dataloader-killed": "DataLoader worker died",
+    OomKind.HOST_KILL: "killed (host out of memory)",
+    OomKind.HOST_ALLOC: "host memory allocation failed",
+    OomKind.SHM: "out of shared memory",
+    OomKind.DATALOADER_KILLED: "DataLoader worker died",
 }
 
 
@@ -124,7 +125,7 @@ def headline(oom: OomInfo) -> str:
     from memdoc.rules.words import disguise_headline
 
     who = framework_name(oom.framework) if oom.framework not in ("unknown", "host") else ""
-    if oom.kind == "disguised":
+    if oom.kind == OomKind.DISGUISED:
         what = disguise_headline(oom)
     else:
         what = _KINDS.get(oom.kind, "out of memory")

@@ -26,7 +26,7 @@ from memdoc.collectors.torch_cuda import (
     real_gate,
     torch_oom_stats,
 )
-from memdoc.trace.model import CollectorStatus, EventKind, OomInfo
+from memdoc.trace.model import CollectorStatus, EventKind, OomInfo, OomKind
 
 __all__ = ["CUDA_STATUS_NAME", "TorchCollector", "model_state_events", "torch_oom_stats"]
 
@@ -223,7 +223,7 @@ class TorchCollector:
         capped = observed.device in self._fractions
         oom = OomInfo(
             framework=FRAMEWORK,
-            kind="allocator",
+            kind=OomKind.ALLOCATOR,
             message="CUDA out of memory (seen by the allocator's OOM observer; the program "
             "caught the error)",
             device=observed.device,

@@ -9,13 +9,15 @@ from typing import Any
 from memdoc.forecast import assess
 from memdoc.forecast.model import Forecast
 from memdoc.forecast.words import forecast_words
-from memdoc.trace.model import EventKind, Metric, OomInfo
+from memdoc.trace.model import EventKind, Metric, OomInfo, OomKind
 from memdoc.trace.reader import Trace, oom_of
 
 Applies = Callable[[Forecast], bool]
 
 # Errors of the host's memory, not of a framework's pool or a device.
-HOST_KINDS = frozenset({"host-kill", "host-alloc", "shm", "dataloader-killed"})
+HOST_KINDS = frozenset(
+    {OomKind.HOST_KILL, OomKind.HOST_ALLOC, OomKind.SHM, OomKind.DATALOADER_KILLED}
+)
 HOST_METRICS = frozenset({Metric.HOST_VMS, Metric.CGROUP_USAGE, Metric.HOST_RSS})
 
 
@@ -79,7 +81,7 @@ def applied_limit(oom: OomInfo | None, host: Any) -> Applies | None:
 def _host_metrics(oom: OomInfo, host: Mapping[str, Any]) -> frozenset[str]:
     """A failed allocation under an address-space cap is the cap; a kill inside a limited
     cgroup is the cgroup; without the process's figures, any host limit."""
-    if oom.kind == "host-alloc" and host.get("rlimit_as_bytes"):
+    if oom.kind == OomKind.HOST_ALLOC and host.get("rlimit_as_bytes"):
         return frozenset({Metric.HOST_VMS})
     if host.get("cgroup_limit_bytes"):
         return frozenset({Metric.CGROUP_USAGE})

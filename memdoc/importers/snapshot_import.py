@@ -10,7 +10,7 @@ from memdoc.importers.build import TraceBuilder
 from memdoc.importers.fragmentation import pool_state
 from memdoc.importers.snapshot_replay import Replay, replay
 from memdoc.importers.torch_snapshot import Snapshot, TraceEntry, read_snapshot
-from memdoc.trace.model import DeviceInfo, EventKind, Metric, OomInfo, SeriesKey
+from memdoc.trace.model import DeviceInfo, EventKind, Metric, OomInfo, OomKind, SeriesKey
 from memdoc.units import format_bytes
 
 FRAMEWORK = "pytorch"
@@ -123,7 +123,7 @@ def _oom_data(entry: TraceEntry, device: int, curve: Replay, index: int) -> dict
         message += f"; {format_bytes(free)} free on the device"
     oom = OomInfo(
         framework=FRAMEWORK,
-        kind="allocator",
+        kind=OomKind.ALLOCATOR,
         message=message + " (from the allocator trace of a memory snapshot)",
         device=device,
         device_type="gpu",

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from memdoc.trace.model import OomKind
+
 if TYPE_CHECKING:
     from memdoc.oom.logtext import Hit, LogText
     from memdoc.trace.model import OomInfo
@@ -50,13 +52,13 @@ _FAULT_WORDS = ("illegal memory access", "illegaladdress", "illegal address")
 def _a_fault(log: LogText, hit: Hit) -> bool:
     """A wrapped failure (a disguised or host allocation error) whose line names a fault. A
     framework's own out-of-memory message never wraps one, so it is never dropped here."""
-    if hit.info.kind not in ("disguised", "host-alloc"):
+    if hit.info.kind not in (OomKind.DISGUISED, OomKind.HOST_ALLOC):
         return False
     return any(word in log.lower_head(hit.line, 2000) for word in _FAULT_WORDS)
 
 
 # Kinds whose words ("Cannot allocate memory", ResourceExhaustedError) other limits share.
-_SHARED_WORDS_KINDS = ("host-alloc", "shm", "allocator", "disguised")
+_SHARED_WORDS_KINDS = (OomKind.HOST_ALLOC, OomKind.SHM, OomKind.ALLOCATOR, OomKind.DISGUISED)
 
 
 def _another_limit(log: LogText, hit: Hit) -> bool:

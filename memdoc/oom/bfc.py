@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from memdoc.oom.fields import NUM, device_from_allocator, first_group, to_bytes
 from memdoc.oom.logtext import Hit, LogText, rank_of, strip_prefix
 from memdoc.oom.tensorflow import bfc_framework
-from memdoc.trace.model import OomInfo
+from memdoc.trace.model import OomInfo, OomKind
 
 # How far past its `InUse:` line a Stats block may run (it has eight lines).
 STATS_AFTER_ANCHOR = 12
@@ -173,7 +173,7 @@ def _info(log: LogText, start: int, dump: _Dump) -> OomInfo:
     device, device_type = device_from_allocator(dump.allocator)
     return OomInfo(
         framework=bfc_framework(log, start),
-        kind="allocator",
+        kind=OomKind.ALLOCATOR,
         message=f"BFC allocator dump{f' for {dump.allocator}' if dump.allocator else ''}",
         device=device,
         device_type=device_type,

@@ -9,7 +9,7 @@ from typing import Any
 from memdoc.oom.context import phase_at
 from memdoc.oom.fields import is_huge
 from memdoc.oom.logtext import Hit, LogText
-from memdoc.trace.model import OomInfo
+from memdoc.trace.model import OomInfo, OomKind
 
 # An identical error this many lines after the last one is its echo (a chained traceback
 # re-raises it, a launcher prints it again); further away it is a new failure.
@@ -130,7 +130,7 @@ def _echo(first: Hit, hit: Hit, gap: int) -> bool:
 def _same_kind(a: OomInfo, b: OomInfo) -> bool:
     """Equal kinds; or XLA's error with its buffer assignment and the bare line JAX re-raises."""
     return a.kind == b.kind or (
-        {a.kind, b.kind} == {"compile", "allocator"}
+        {a.kind, b.kind} == {OomKind.COMPILE, OomKind.ALLOCATOR}
         and bool({a.framework, b.framework} <= _XLA_FAMILY)
     )
 

@@ -17,7 +17,8 @@ from memdoc.oom.fields import (
     to_int,
 )
 from memdoc.oom.logtext import Hit, LogText, Window, is_source_line, rank_of, strip_prefix
-from memdoc.trace.model import OomInfo
+from memdoc.thresholds import little_free
+from memdoc.trace.model import OomInfo, OomKind
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,6 @@ _CUDNN_MISMATCH = (
 MISMATCH_LOOKBACK_LINES = 40
 _MEMORY_USAGE = re.compile(r"Memory usage: (\d{1,20}) bytes free, (\d{1,20}) bytes total")
 MOSTLY_FREE = 0.5
-NEARLY_FULL = 0.1  # free below this share of the device: nothing left for a handle
 NATIVE_STACK_LINES = 16
 _NATIVE_FRAME = re.compile(r"@\s+0x[0-9a-f]{4,20}\s|\[bt\]\s?\(\d{1,3}\)")
 _FALLBACK_NEEDLE = "out of memory"
@@ -247,7 +247,7 @@ def _jax_handle_not_starved(
     built for another CUDA or cuDNN far more often than memory."""
     if hit.info.framework != "jax" or "could not create cudnn handle" not in log.lower_head(line):
         return False
-    return usage is None or usage[1] <= 0 or usage[0] >= NEARLY_FULL * usage[1]
+    return usage is None or usage[1] <= 0 or not little_free(usage[0], usage[1])
 
 
 def _version_mismatch_before(log: LogText, line: int) -> bool:
@@ -314,7 +314,7 @@ def _hit(
     named = framework_in(text[:4000].lower())
     info = OomInfo(
         framework=named or framework or (lookback and guess_framework(log, line)) or "unknown",
-        kind="disguised",
+        kind=OomKind.DISGUISED,
         message=window.message(1),
         device=device,
         device_type="gpu",
@@ -341,7 +341,7 @@ def _host_hit(log: LogText, line: int, window: Window) -> Hit:
     requested = to_int(first_group(_REQUESTS[-1].search(window.parts[0])))
     info = OomInfo(
         framework="host",
-        kind="host-alloc",
+        kind=OomKind.HOST_ALLOC,
         message=window.message(1),
         device_type="cpu",
         requested_bytes=requested,

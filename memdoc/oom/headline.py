@@ -14,7 +14,7 @@ from memdoc.oom.context import framework_in
 from memdoc.oom.disguised import ADVICE, GPU_WORDS_PATTERN
 from memdoc.oom.host import OTHER_KILLER
 from memdoc.oom.logtext import Hit, LogText, rank_of, strip_prefix
-from memdoc.trace.model import OomInfo
+from memdoc.trace.model import OomInfo, OomKind
 
 # A headline: at most this many non-blank lines, each at most this long.
 MAX_LINES = 3
@@ -81,15 +81,17 @@ def find(log: LogText) -> list[Hit]:
             continue
         killed = _KILLED.search(text) or _KILLS_FOR_MEMORY.search(text)
         if killed and not OTHER_KILLER.search(text):
-            info = _info(text, "host-kill", framework="host", device_type="cpu")
+            info = _info(text, OomKind.HOST_KILL, framework="host", device_type="cpu")
             return [Hit(line=index, end=index, info=info, rank=info.rank, weak=True)]
         if _DEVICE_MEMORY.search(text) is None:
             continue
         if _HOST_WORDS.search(text) and not GPU_WORDS_PATTERN.search(text):
-            info = _info(text, "host-alloc", framework="host", device_type="cpu")
+            info = _info(text, OomKind.HOST_ALLOC, framework="host", device_type="cpu")
         else:
             named = framework_in(text.lower()) or "unknown"
-            info = _info(text, "disguised", framework=named, device_type="gpu", library="cuda")
+            info = _info(
+                text, OomKind.DISGUISED, framework=named, device_type="gpu", library="cuda"
+            )
         return [Hit(line=index, end=index, info=info, rank=info.rank, weak=True)]
     return []
 

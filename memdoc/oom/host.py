@@ -10,7 +10,7 @@ from typing import Any
 from memdoc.oom.fields import SIZE, first_group, is_huge, loose, parse_shape, to_bytes, to_int
 from memdoc.oom.hostcues import PLATFORM_NOTICES
 from memdoc.oom.logtext import Hit, LogText, is_source_line, rank_of, strip_prefix
-from memdoc.trace.model import OomInfo, ProcessUsage
+from memdoc.trace.model import OomInfo, OomKind, ProcessUsage
 
 # Short lines only: a shell's "Killed" line is short, and a 1 MB line must not be rescanned.
 _SHORT = 400
@@ -156,7 +156,7 @@ def _dataloader(log: LogText) -> list[Hit]:
         signal = (match.group(2) or "").strip()
         if signal.lower().startswith(_NOT_MEMORY_SIGNALS):
             continue  # a crash in the worker's own code, not a kill for memory
-        kind = "shm" if signal.lower().startswith("bus error") else "dataloader-killed"
+        kind = OomKind.SHM if signal.lower().startswith("bus error") else OomKind.DATALOADER_KILLED
         processes = tuple(ProcessUsage(pid=pid, used_bytes=None) for pid in pids)
         info = _info(log, line, kind, framework="pytorch", processes=processes)
         hits.append(Hit(line=line, end=line, info=info, rank=info.rank, key=("pids", pids)))
@@ -164,7 +164,7 @@ def _dataloader(log: LogText) -> list[Hit]:
     for line, column in log.anchors("unexpected bus error encountered in"):
         said = log.lower_head(line, column + 80)[column:]
         framework = "pytorch" if "encountered in worker" in said else "host"
-        info = _info(log, line, "shm", framework=framework)
+        info = _info(log, line, OomKind.SHM, framework=framework)
         hits.append(Hit(line=line, end=line, info=info, rank=info.rank))
     return hits
 
@@ -179,7 +179,7 @@ def _dmesg(log: LogText) -> list[Hit]:
     for line, column in log.anchors("failcnt"):
         match = _CGROUP_LIMIT.search(log.lines[line][max(0, column - 200) : column + 50])
         if match is not None:
-            info = _info(log, line, "host-kill", limit_bytes=int(match.group(2)) * 1024)
+            info = _info(log, line, OomKind.HOST_KILL, limit_bytes=int(match.group(2)) * 1024)
             hits.append(Hit(line=line, end=line, info=info, role="note", reach=2000))
     return hits
 
@@ -199,12 +199,12 @@ def _dmesg_line(log: LogText, line: int) -> Hit | None:
             pid = int(other.group(1))
         elif _INVOKED.search(text) is not None:
             # The report's first line; the victim's pid comes later, after the task list.
-            info = _info(log, line, "host-kill")
+            info = _info(log, line, OomKind.HOST_KILL)
             return Hit(line=line, end=line, info=info, role="prelude", reach=2000, rank=info.rank)
         else:
             return None
     processes = (ProcessUsage(pid=pid, used_bytes=used),)
-    info = _info(log, line, "host-kill", processes=processes)
+    info = _info(log, line, OomKind.HOST_KILL, processes=processes)
     return Hit(line=line, end=line, info=info, rank=info.rank, key=_pid_key(pid))
 
 
@@ -223,7 +223,7 @@ def _killed_lines(log: LogText) -> list[Hit]:
             if match is not None:
                 pid = to_int(match.group(1)) if match.groups() else None
                 processes = (ProcessUsage(pid=pid, used_bytes=None),) if pid else ()
-                info = _info(log, line, "host-kill", processes=processes)
+                info = _info(log, line, OomKind.HOST_KILL, processes=processes)
                 hits.append(Hit(line=line, end=line, info=info, rank=info.rank, key=_pid_key(pid)))
                 break
     return hits
@@ -249,7 +249,7 @@ def _exit_kills(log: LogText) -> list[Hit]:
             if rank is None and rank_match is not None:
                 rank = int(rank_match.group(1))
         processes = (ProcessUsage(pid=pid, used_bytes=None),) if pid else ()
-        info = _info(log, line, "host-kill", processes=processes)
+        info = _info(log, line, OomKind.HOST_KILL, processes=processes)
         if rank is not None:
             info = replace(info, rank=rank)
         hits.append(Hit(line=line, end=line, info=info, rank=rank, key=_pid_key(pid)))
@@ -262,20 +262,20 @@ def _shm(log: LogText) -> list[Hit]:
         text = strip_prefix(log.lines[line][max(0, column - 200) : column + 200])
         if "dataloader" in text.lower() or _BUS_ERROR.search(text) is None:
             continue
-        info = _info(log, line, "shm")
+        info = _info(log, line, OomKind.SHM)
         hits.append(Hit(line=line, end=line, info=info, rank=info.rank))
     for needle in _EXIT_BUS_NEEDLES:
         for line, column in log.anchors(needle):
             text = log.lines[line][max(0, column - 100) : column + 100]
             if _EXIT_BUS.search(text) is not None:
-                info = _info(log, line, "shm")
+                info = _info(log, line, OomKind.SHM)
                 hits.append(Hit(line=line, end=line, info=info, rank=info.rank, key=("sigbus",)))
     for line, column in log.anchors("no space left on device"):
         lowered = log.lower[log.starts[line] : log.starts[line] + column + 200][-600:]
         if not any(cue in lowered for cue in _SHM_CUES):
             continue
         framework = "pytorch" if "torch" in lowered else "host"
-        info = _info(log, line, "shm", framework=framework)
+        info = _info(log, line, OomKind.SHM, framework=framework)
         hits.append(Hit(line=line, end=line, info=info, rank=info.rank))
     return hits
 
@@ -299,7 +299,7 @@ def _host_alloc(log: LogText) -> list[Hit]:
                 shape=parse_shape(numpy.group(2).replace("(", "[").replace(")", "]")),
                 dtype=numpy.group(3),
             )
-        info = _info(log, line, "host-alloc", **fields)
+        info = _info(log, line, OomKind.HOST_ALLOC, **fields)
         hits.append(Hit(line=line, end=line, info=info, rank=info.rank))
     for needle in (
         "std::bad_alloc",
@@ -316,7 +316,7 @@ def _host_alloc(log: LogText) -> list[Hit]:
             info = _info(
                 log,
                 line,
-                "host-alloc",
+                OomKind.HOST_ALLOC,
                 device_type="cpu",
                 requested_bytes=requested,
                 requested_unknown_huge=is_huge(requested),

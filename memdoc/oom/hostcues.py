@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TypeVar
 
+from memdoc.trace.model import OomKind
+
 
 class Killer(str, Enum):
     """Whose words say that the job ran out of memory and was stopped."""
@@ -34,18 +36,18 @@ class WorkerEnd(str, Enum):
 # (Colab, Kaggle), schedulers and clusters (SLURM, Kubernetes, Ray, Dask), SageMaker,
 # Windows' commit limit, Python itself, and Ollama refusing a model larger than the free RAM.
 PLATFORM_NOTICES = (
-    ("session crashed after using all available ram", "host-kill"),
-    ("tried to allocate more memory than is available", "host-kill"),
-    ("exceeded job memory limit", "host-kill"),
-    ("exceeded memory limit", "host-kill"),
-    ("oom-kill event", "host-kill"),
-    ("use an instance type with more memory", "host-kill"),
-    ("the node was low on resource: memory", "host-kill"),  # a Kubernetes eviction
-    ("killed due to the node running low on memory", "host-kill"),  # Ray's memory monitor
-    ("memory budget. restarting", "host-kill"),  # a Dask worker's nanny
-    ("the paging file is too small", "host-alloc"),
-    ("cannot recover from memoryerrors", "host-alloc"),
-    ("requires more system memory", "host-alloc"),
+    ("session crashed after using all available ram", OomKind.HOST_KILL),
+    ("tried to allocate more memory than is available", OomKind.HOST_KILL),
+    ("exceeded job memory limit", OomKind.HOST_KILL),
+    ("exceeded memory limit", OomKind.HOST_KILL),
+    ("oom-kill event", OomKind.HOST_KILL),
+    ("use an instance type with more memory", OomKind.HOST_KILL),
+    ("the node was low on resource: memory", OomKind.HOST_KILL),  # a Kubernetes eviction
+    ("killed due to the node running low on memory", OomKind.HOST_KILL),  # Ray's memory monitor
+    ("memory budget. restarting", OomKind.HOST_KILL),  # a Dask worker's nanny
+    ("the paging file is too small", OomKind.HOST_ALLOC),
+    ("cannot recover from memoryerrors", OomKind.HOST_ALLOC),
+    ("requires more system memory", OomKind.HOST_ALLOC),
 )
 
 # Who stopped the job, as (pattern, killer); the kernel's words weigh first wherever they are.
@@ -58,7 +60,7 @@ KILLERS: tuple[tuple[str, Killer], ...] = (
     *(
         (re.escape(needle), Killer.PLATFORM)
         for needle, kind in PLATFORM_NOTICES
-        if kind == "host-kill"
+        if kind == OomKind.HOST_KILL
     ),
     # a scheduler's "OOM killed" (runc's "container init was OOM-killed" reads as the
     # kernel's, by "oom-kill")

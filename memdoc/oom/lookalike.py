@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from memdoc.oom.fields import to_bytes
-from memdoc.trace.model import OomInfo
+from memdoc.trace.model import OomInfo, OomKind
 
 # A mapping this small refused with ENOMEM is a limit on mappings, not a lack of memory.
 TINY_MAPPING_BYTES = 64 * 1024
@@ -86,7 +86,7 @@ def bare_bad_alloc(oom: OomInfo, text: str) -> bool:
     """A host allocation failure that is std::bad_alloc alone: no size, no device, and no
     word in the text of memory running out."""
     return (
-        oom.kind == "host-alloc"
+        oom.kind == OomKind.HOST_ALLOC
         and oom.requested_bytes is None
         and "bad_alloc" in (oom.message or "")
         and _MEMORY_SAID.search(text) is None

@@ -25,7 +25,7 @@ from memdoc.oom.logtext import (
     rank_of,
     strip_prefix,
 )
-from memdoc.trace.model import OomInfo, ProcessUsage
+from memdoc.trace.model import OomInfo, OomKind, ProcessUsage
 
 # ComfyUI's log line for a torch.OutOfMemoryError whose message is "Allocation on device".
 _COMFYUI = "exception during processing !!! allocation on device"
@@ -150,7 +150,7 @@ def _allocator_hit(log: LogText, line: int, window: Window) -> Hit:
     torch7 = framework_in(text[:4000].lower()) == "torch7"
     info = OomInfo(
         framework="torch7" if torch7 else "pytorch",
-        kind="allocator",
+        kind=OomKind.ALLOCATOR,
         message=_message(window),
         device=device,
         device_type="gpu",
@@ -246,7 +246,7 @@ def _cpu_hit(log: LogText, line: int, window: Window) -> Hit:
     requested = to_int(first_group(_CPU_REQUEST.search(window.joined)))
     info = OomInfo(
         framework="pytorch",
-        kind="host-alloc",
+        kind=OomKind.HOST_ALLOC,
         message=window.message(1),
         device_type="cpu",
         requested_bytes=requested,

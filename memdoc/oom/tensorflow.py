@@ -20,7 +20,7 @@ from memdoc.oom.fields import (
     to_int,
 )
 from memdoc.oom.logtext import Hit, LogText, Window, rank_of
-from memdoc.trace.model import OomInfo
+from memdoc.trace.model import OomInfo, OomKind
 
 # TensorFlow raises ResourceExhaustedError for allocation failures; the bare class name
 # (as in "2 root error(s) found.") is one too, its details on the following lines.
@@ -106,7 +106,7 @@ def _tensor_hit(log: LogText, line: int, window: Window) -> Hit:
     hint = first_group(_TF_HINT.search(" ".join(window.parts)), 0)
     info = OomInfo(
         framework=framework,
-        kind="allocator",
+        kind=OomKind.ALLOCATOR,
         message=window.message(),
         device=device,
         device_type=device_type,
@@ -137,7 +137,7 @@ def _bfc_line_hit(log: LogText, line: int, window: Window) -> Hit | None:
     parts = 1 + sum(1 for part in window.parts[1:] if "fragmentation" in part or "TF_GPU" in part)
     info = OomInfo(
         framework=bfc_framework(log, line),
-        kind="allocator",
+        kind=OomKind.ALLOCATOR,
         message=window.message(parts),
         device=device,
         device_type=device_type,

@@ -9,7 +9,7 @@ from typing import Any
 from memdoc.oom.context import guess_framework
 from memdoc.oom.fields import INT, SIZE, first_group, first_known, is_huge, loose, to_bytes, to_int
 from memdoc.oom.logtext import Hit, LogText, Window, rank_of
-from memdoc.trace.model import OomInfo
+from memdoc.trace.model import OomInfo, OomKind
 
 _NEEDLES = (
     "out of memory while trying to allocate",
@@ -150,7 +150,7 @@ def _hit(log: LogText, line: int, window: Window) -> Hit:
         start = line - 1  # "Resource exhausted: From /job:tpu_worker/...:" heads the message
     info = OomInfo(
         framework=_framework(log, line, window, lowered),
-        kind="compile" if any(cue in lowered for cue in _COMPILE_CUES) else "allocator",
+        kind=OomKind.COMPILE if any(cue in lowered for cue in _COMPILE_CUES) else OomKind.ALLOCATOR,
         message=window.message(min(len(window.parts), 12)),
         device=to_int(first_group(_ORDINAL.search(text))),
         device_type=_device_type(lowered),

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from memdoc.report.ledger import held_series, oom_device
 from memdoc.report.timeline import end_words
 from memdoc.rules.facts import framework_name, root_pid
-from memdoc.rules.host import host_limits, job_limit
+from memdoc.rules.host import LimitKind, host_limits, job_limit
 from memdoc.trace import EventKind, Metric, OomInfo, Trace
 from memdoc.trace.model import FRAMEWORK_PREFIXES, RAISED_OUT_OF_WATCH
 from memdoc.trace.reader import oom_of
@@ -153,7 +153,7 @@ def _under_limit(trace: Trace, pid: int | None, at_error: dict[str, int] | None)
     What the failing process read of its own limits at the error counts first: a cap set just
     before the failure may not have been sampled yet."""
     limits = host_limits(trace, pid if pid is not None else root_pid(trace), at_error)
-    if not limits or limits[0].kind == "ram":
+    if not limits or limits[0].kind == LimitKind.RAM:
         return " (RAM)"
     return f" under its {format_bytes(limits[0].limit_bytes)} {limits[0].name}"
 

@@ -17,10 +17,10 @@ from memdoc.rules.facts import (
     root_pid,
     step_curve,
 )
-from memdoc.trace.model import EventKind, Metric, OomInfo
+from memdoc.trace.model import EventKind, Metric, OomInfo, OomKind
 from memdoc.trace.reader import Series, Trace
 
-HOST_KINDS = ("host-kill", "host-alloc", "shm", "dataloader-killed")
+HOST_KINDS = (OomKind.HOST_KILL, OomKind.HOST_ALLOC, OomKind.SHM, OomKind.DATALOADER_KILLED)
 # The seconds before a failure in which the resident memory counts as "at the failure".
 RECENT_S = 1.0
 # PyTorch's data loading, in a frame's file; what loading a model is called, in a function.
@@ -28,8 +28,20 @@ _DATALOADER_FILES = r"torch[/\\]utils[/\\]data[/\\]"
 _LOADING_WORDS = ("from pretrained", "load")
 
 
+class LimitKind:
+    """What a host limit counts."""
+
+    RLIMIT_AS = "rlimit-as"  # a process's address space, against its RLIMIT_AS
+    CGROUP = "cgroup"  # the cgroup's charged memory (resident and page cache)
+    RAM = "ram"  # the machine's memory
+
+
 # How each kind of limit is called in a word, where the whole label does not fit.
-LIMIT_NAMES = {"rlimit-as": "address-space cap", "cgroup": "cgroup limit", "ram": "RAM"}
+LIMIT_NAMES = {
+    LimitKind.RLIMIT_AS: "address-space cap",
+    LimitKind.CGROUP: "cgroup limit",
+    LimitKind.RAM: "RAM",
+}
 
 
 @dataclass(frozen=True)
@@ -38,7 +50,7 @@ class Limit:
 
     label: str
     limit_bytes: float
-    kind: str = ""  # "rlimit-as", "cgroup" or "ram": what the limit counts
+    kind: str = ""  # a LimitKind: what the limit counts
 
     @property
     def name(self) -> str:
@@ -87,16 +99,18 @@ def host_limits(
         rlimit = at_error.get("rlimit_as_bytes") or _last(trace, Metric.HOST_RLIMIT_AS, pid)
         if rlimit:
             label = f"address-space cap (RLIMIT_AS) of process {pid}"
-            found.append(Limit(label, rlimit, "rlimit-as"))
+            found.append(Limit(label, rlimit, LimitKind.RLIMIT_AS))
     own_cgroup = at_error.get("cgroup_limit_bytes")
     cgroup = _last(trace, Metric.CGROUP_LIMIT, None)
     if own_cgroup and own_cgroup != cgroup:  # the failing process is in a cgroup of its own
-        found.append(Limit(f"memory limit of the cgroup of process {pid}", own_cgroup, "cgroup"))
+        found.append(
+            Limit(f"memory limit of the cgroup of process {pid}", own_cgroup, LimitKind.CGROUP)
+        )
     elif cgroup:
-        found.append(Limit(cgroup_limit_label(trace), cgroup, "cgroup"))
+        found.append(Limit(cgroup_limit_label(trace), cgroup, LimitKind.CGROUP))
     total = _last(trace, Metric.HOST_TOTAL, None)
     if total:
-        found.append(Limit("host RAM", total, "ram"))
+        found.append(Limit("host RAM", total, LimitKind.RAM))
     return sorted(found, key=lambda limit: limit.limit_bytes)
 
 
@@ -247,7 +261,7 @@ def counted_against_limit(trace: Trace, fail: Failure) -> Counted | None:
         limits = host_limits(trace, fail.pid, fail.host)
         if not limits:
             return None
-        if limits[0].kind == "rlimit-as":
+        if limits[0].kind == LimitKind.RLIMIT_AS:
             vms = trace.series(Metric.HOST_VMS, None, fail.pid)
             return Counted(vms, limits[0]) if vms is not None else None
         curve = step_curve(trace)

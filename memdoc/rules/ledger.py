@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+from memdoc.thresholds import SIGNIFICANT_SHARE
 from memdoc.trace.ledger import oom_reserved_bytes, oom_this_process_bytes
 from memdoc.trace.model import OomInfo
 
-# The share of a device below which cached memory cannot change the outcome.
-SIGNIFICANT_SHARE = 0.02
 # The share of a device an unused cache must reach before an error text alone makes it a
 # plausible reason: smaller caches sit beside jobs that are simply too big.
 SIZEABLE_CACHE_SHARE = 0.1

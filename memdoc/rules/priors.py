@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memdoc.trace.model import OomInfo
+from memdoc.trace.model import OomInfo, OomKind
 
 # Incidents of the development half of memdoc's labelled corpus of real public threads
 # (tests/fixtures/corpus/incidents.jsonl, `"split": "dev"`) whose thread settled on each
@@ -80,7 +80,7 @@ def is_bare(oom: OomInfo) -> bool:
     """A device memory error that says nothing of the device: no total, free or held memory,
     no shape, no library and no phase (the size of the failed request alone tells nothing)."""
     return (
-        oom.kind in ("allocator", "disguised")
+        oom.kind in (OomKind.ALLOCATOR, OomKind.DISGUISED)
         and oom.framework != "host"
         and oom.library in GENERIC_LIBRARIES
         and not oom.requested_unknown_huge
@@ -100,7 +100,7 @@ def is_bare(oom: OomInfo) -> bool:
 def on_gpu(oom: OomInfo) -> bool:
     """A device (not host) memory error that names no specific library failing."""
     return (
-        oom.kind in ("allocator", "disguised", "compile")
+        oom.kind in (OomKind.ALLOCATOR, OomKind.DISGUISED, OomKind.COMPILE)
         and oom.framework != "host"
         and oom.device_type not in ("cpu",)
         and oom.library in GENERIC_LIBRARIES

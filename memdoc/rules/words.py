@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from memdoc.rules.facts import LIBRARY_NAMES, library_name
 from memdoc.trace.ledger import oom_this_process_bytes
-from memdoc.trace.model import OomInfo
+from memdoc.trace.model import OomInfo, OomKind
 from memdoc.units import format_bytes
 
 _FRAMEWORKS = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "jax": "XLA"}
 _HOST = {
-    "host-kill": "The process was killed (SIGKILL), which is what the kernel's "
+    OomKind.HOST_KILL: "The process was killed (SIGKILL), which is what the kernel's "
     "out-of-memory killer, or a scheduler enforcing a memory limit, does when the machine, "
     "container or job runs out of RAM.",
-    "dataloader-killed": "A DataLoader worker process was killed; when the signal is "
+    OomKind.DATALOADER_KILLED: "A DataLoader worker process was killed; when the signal is "
     "SIGKILL, the out-of-memory killer is the usual sender.",
-    "shm": "A worker ran out of shared memory (/dev/shm), which holds the batches workers "
+    OomKind.SHM: "A worker ran out of shared memory (/dev/shm), which holds the batches workers "
     "pass to the main process.",
-    "host-alloc": "An allocation in host memory (RAM) failed.",
+    OomKind.HOST_ALLOC: "An allocation in host memory (RAM) failed.",
 }
 # A library whose refusal says more than "out of memory in disguise": its headline and its
 # paragraph. Other libraries get the general wording.
@@ -62,9 +62,9 @@ def explain_in_words(oom: OomInfo) -> str:
         if oom.limit_bytes:
             text = text[:-1] + f"; the limit was {size(oom.limit_bytes)}."
         return text
-    if oom.kind == "disguised" and oom.library in _DISGUISES:
+    if oom.kind == OomKind.DISGUISED and oom.library in _DISGUISES:
         return _DISGUISES[oom.library][1]
-    if oom.kind == "disguised" and oom.library in LIBRARY_NAMES:
+    if oom.kind == OomKind.DISGUISED and oom.library in LIBRARY_NAMES:
         return (
             f"This is an out-of-memory error in disguise: {LIBRARY_NAMES[oom.library]} could not "
             "get the device memory it needs (for its handle, workspace or buffers)."

@@ -261,6 +261,18 @@ class ProcessUsage:
     this_process: bool = False
 
 
+class OomKind:
+    """What ran out, as the recogniser decides it from the error (`OomInfo.kind`)."""
+
+    ALLOCATOR = "allocator"  # a framework's allocator refused a request on its device
+    COMPILE = "compile"  # XLA's buffer assignment, or a TPU program, did not fit
+    DISGUISED = "disguised"  # a library's handle or workspace (cuDNN, cuBLAS, NCCL) failed
+    HOST_ALLOC = "host-alloc"  # a host allocation failed (MemoryError, bad_alloc, ENOMEM)
+    HOST_KILL = "host-kill"  # killed (SIGKILL, `Killed`, the kernel's OOM killer)
+    SHM = "shm"  # /dev/shm full (a bus error in a worker)
+    DATALOADER_KILLED = "dataloader-killed"  # a DataLoader worker died
+
+
 @dataclass(frozen=True)
 class OomInfo:
     """A memory error, parsed from its text or captured when it happened.
@@ -269,7 +281,7 @@ class OomInfo:
     """
 
     framework: str = "unknown"
-    kind: str = "allocator"
+    kind: str = OomKind.ALLOCATOR
     message: str = ""
     device: int | None = None
     device_type: str | None = None  # "gpu", "cpu", "tpu"

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from memdoc.forecast.summary import forecast_in_force
 from memdoc.rules.facts import root_pid
-from memdoc.rules.host import job_limit
+from memdoc.rules.host import LimitKind, job_limit
 from memdoc.trace import Metric, OomInfo, ProcessInfo, Trace
 from memdoc.trace.ledger import framework_pids, ledger_at
 from memdoc.trace.model import FRAMEWORK_PREFIXES
@@ -243,15 +243,15 @@ def host_at(trace: Trace, t: float) -> HostView:
 
     limit = job_limit(trace)
     counted = None
-    if limit is not None and limit.kind == "cgroup":
+    if limit is not None and limit.kind == LimitKind.CGROUP:
         counted = value(Metric.CGROUP_USAGE)
-    elif limit is not None and limit.kind == "rlimit-as":
+    elif limit is not None and limit.kind == LimitKind.RLIMIT_AS:
         vms = trace.series(Metric.HOST_VMS, pid=root_pid(trace))
         at = vms.at(t) if vms is not None else None
         counted = int(at) if at is not None else None
     return HostView(
         limit_bytes=int(limit.limit_bytes) if limit is not None else None,
-        limit_kind=limit.kind if limit is not None else "ram",
+        limit_kind=limit.kind if limit is not None else LimitKind.RAM,
         limit_label=limit.label if limit is not None else "",
         counted_bytes=counted,
         rss_bytes=value(Metric.HOST_RSS),

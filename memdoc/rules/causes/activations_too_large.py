@@ -44,18 +44,18 @@ from memdoc.rules.spec import (
     snippet,
 )
 from memdoc.rules.trend import fit_trend
-from memdoc.trace.model import OomInfo
+from memdoc.thresholds import nearly_full
+from memdoc.trace.model import OomInfo, OomKind
 from memdoc.trace.phases import BatchSearch, batch_search
 from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes
 
-GPU_KINDS = ("allocator", "compile")
+GPU_KINDS = (OomKind.ALLOCATOR, OomKind.COMPILE)
 # One activation that is this share of the process's memory is a large one: it scales with
 # the batch, not with the weights.
 SIZEABLE_REQUEST = 0.05
 # The in-step rise must be a real share of what stays between steps.
 LARGE_RISE = 0.5
-NEAR_FULL = 0.9
 # A process that held less than this share of its GPU when it failed was not alone there.
 SHARED_BELOW = 0.5
 TO_CONFIRM = (
@@ -279,7 +279,7 @@ job fails in the first steps, or on the first unusually long or large input.
             peak = max(peak, _peak_until(trace, curve, fail.t) or 0.0)
         rise = statistics.median(p - b for b, p in pairs)
         total = curve_capacity(trace, curve, fail.oom if fail else None)
-        near_full = bool(total) and peak >= NEAR_FULL * float(total or 1)
+        near_full = bool(total) and nearly_full(peak, float(total or 0))
         large = baseline > 0 and rise >= LARGE_RISE * baseline
         trend = fit_trend(baselines(curve.steps))
         flat = trend is None or trend.relative_growth < 0.1
@@ -325,7 +325,7 @@ job fails in the first steps, or on the first unusually long or large input.
         oom = fail.oom
         if oom.framework == "host" or specific_library(oom) is not None or oom.phase == "load":
             return None
-        bare_disguised = oom.kind == "disguised" and oom.requested_bytes is None
+        bare_disguised = oom.kind == OomKind.DISGUISED and oom.requested_bytes is None
         if oom.kind not in GPU_KINDS and not bare_disguised:
             return None
         total = oom.total_bytes

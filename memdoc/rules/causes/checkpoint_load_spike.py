@@ -7,7 +7,7 @@ from memdoc.oom.names import has_stem, has_words
 from memdoc.rules.base import Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, Signals
 from memdoc.rules.facts import Failure, failed_device, failure, frameworks, said, series_named
-from memdoc.rules.host import host_limits
+from memdoc.rules.host import LimitKind, host_limits
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
@@ -239,7 +239,7 @@ def _fixes_under(trace: Trace, fail: Failure) -> tuple[Fix, ...]:
     """The rule's fixes, less a memory-mapped load where an address-space cap applied: a
     mapping counts against the cap as much as a copy does, so it cannot help there."""
     limits = host_limits(trace, fail.pid, fail.host)
-    if not (limits and limits[0].kind == "rlimit-as"):
+    if not (limits and limits[0].kind == LimitKind.RLIMIT_AS):
         return RULE.fixes
     return tuple(f for f in RULE.fixes if "mmap=True" not in f.code)
 

@@ -36,7 +36,9 @@ CAPTURE_WORDS = (
     "graph capture",
     "make graphed callables",
 )
-SIGNIFICANT_SHARE = 0.05
+# A graph's private pool matters at this share of the device: above SIGNIFICANT_SHARE, since
+# a pool always holds a captured step's activations, which are not a waste in themselves.
+GRAPH_POOL_SHARE = 0.05
 
 
 class CudaGraphPools(RuleSpec):
@@ -108,11 +110,7 @@ the total can be gigabytes.
         device = failed_device(trace, oom)
         total = device_total(trace, device, oom)
         private = _private_bytes(trace, fail, device)
-        if (
-            private
-            and total
-            and private >= max(SIGNIFICANT_SHARE * total, oom.requested_bytes or 0)
-        ):
+        if private and total and private >= max(GRAPH_POOL_SHARE * total, oom.requested_bytes or 0):
             evidence: list[Evidence] = [
                 bytes_evidence("allocated in private pools", private),
                 share_evidence("share of the device", private / total),

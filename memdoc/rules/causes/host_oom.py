@@ -25,6 +25,7 @@ from memdoc.rules.confidence import STRONG, Signals
 from memdoc.rules.facts import Failure, failure, frameworks
 from memdoc.rules.host import HOST_KINDS, cues_of
 from memdoc.rules.spec import RuleSpec
+from memdoc.trace.model import OomKind
 from memdoc.trace.reader import Trace
 
 
@@ -110,11 +111,11 @@ never rose, and memory stayed below half of its limit, this rule does not fire.
         kind = fail.oom.kind
         cues = cues_of(fail)
         signs = error_signs(fail, cues)
-        if kind == "host-kill":
+        if kind == OomKind.HOST_KILL:
             verdict = kill.text_kill(cues)
         elif signs.shm:
             verdict = shared_memory.shared_memory_verdict(cues, workers=signs.workers)
-        elif kind == "dataloader-killed":
+        elif kind == OomKind.DATALOADER_KILLED:
             verdict = kill.worker_death(cues)
         else:
             verdict = allocation.failed_allocation(trace, fail, cues, workers=signs.workers)
@@ -150,12 +151,12 @@ def _weighed_with(verdict: Verdict, pressure: Pressure | None, kind: str) -> Ver
     """A host error near the recorded limit: sure for a kill, corroborated for a failed
     allocation. An unsure kill is confirmed in the kernel's log."""
     signals = verdict.signals
-    if pressure is not None and pressure.near_limit and kind != "host-alloc":
+    if pressure is not None and pressure.near_limit and kind != OomKind.HOST_ALLOC:
         signals = Signals(STRONG, signals.corroborating)
     elif pressure is not None and pressure.near_limit:
         signals = signals.plus(near_limit=True)
     to_confirm = verdict.to_confirm
-    if kind in ("host-kill", "dataloader-killed") and signals.level < STRONG:
+    if kind in (OomKind.HOST_KILL, OomKind.DATALOADER_KILLED) and signals.level < STRONG:
         to_confirm = kill.KILL_HINT
     return Verdict(signals, verdict.summary, to_confirm)
 

@@ -29,7 +29,7 @@ from memdoc.rules.spec import (
     snippet,
 )
 from memdoc.rules.trend import Trend
-from memdoc.trace.model import EventKind
+from memdoc.trace.model import EventKind, OomKind
 from memdoc.trace.reader import Trace
 from memdoc.units import MiB, format_bytes
 
@@ -331,7 +331,10 @@ GPU. In Python the memory is freed only when the last reference goes.
     def _from_text(self, trace: Trace, fail: Failure) -> Finding | None:
         """Text alone cannot show growth: say what would, when the text hints at it."""
         oom = fail.oom
-        if oom.kind not in ("allocator", "disguised") or specific_library(oom) is not None:
+        if (
+            oom.kind not in (OomKind.ALLOCATOR, OomKind.DISGUISED)
+            or specific_library(oom) is not None
+        ):
             return None
         cues = growth_words(fail)
         if cues.kept_for_metrics is not None:

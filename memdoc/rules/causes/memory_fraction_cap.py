@@ -22,7 +22,7 @@ from memdoc.rules.spec import (
     share_evidence,
     snippet,
 )
-from memdoc.trace.model import EventKind, Metric
+from memdoc.trace.model import EventKind, Metric, OomKind
 from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes
 
@@ -122,7 +122,7 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
             limit is not None
             and not total
             and oom.framework == "pytorch"
-            and oom.kind == "allocator"
+            and oom.kind == OomKind.ALLOCATOR
         ):
             return self._cap_without_device(trace, fail, limit)
         if limit is None or not total or limit >= CAP_SHARE * total:

@@ -28,6 +28,7 @@ from memdoc.rules.spec import (
     share_evidence,
     snippet,
 )
+from memdoc.thresholds import little_free
 from memdoc.trace.model import EventKind
 from memdoc.trace.phases import phase_at
 from memdoc.trace.reader import Trace
@@ -54,9 +55,8 @@ _RANDOM_FILL_FRAMES = (
     (r"haiku[/\\]_src[/\\]initializers\.py", ""),
 )
 WEIGHTS_FILL = 0.8
-# The device full (under this share free) while the framework held under SMALL_SHARE of it:
-# the weights being placed did not fill it.
-NEARLY_FULL = 0.1
+# The device nearly full while the framework held under SMALL_SHARE of it: the weights being
+# placed did not fill it.
 SMALL_SHARE = 0.25
 # A constructor's name, also as some frozen executables print it ("in init").
 _CONSTRUCTORS = frozenset({"__init__", "init"})
@@ -267,7 +267,7 @@ def _filled_elsewhere(trace: Trace, fail: Failure) -> float | None:
     total = device_total(trace, failed_device(trace, oom), oom)
     if not total or oom.allocated_bytes is None or oom.free_bytes is None:
         return None
-    full = oom.free_bytes < NEARLY_FULL * total
+    full = little_free(oom.free_bytes, total)
     small = oom.allocated_bytes < SMALL_SHARE * total
     return float(oom.free_bytes) if full and small else None
 

@@ -26,7 +26,7 @@ from memdoc.rules.spec import (
     snippet,
 )
 from memdoc.trace.ledger import oom_this_process_bytes
-from memdoc.trace.model import Metric, OomInfo, ProcessUsage
+from memdoc.trace.model import Metric, OomInfo, OomKind, ProcessUsage
 from memdoc.trace.reader import Trace
 from memdoc.units import GiB, format_bytes
 
@@ -163,7 +163,7 @@ keep their memory until they are stopped.
         oom = fail.oom
         if not (
             trace.is_text_only
-            and oom.kind == "disguised"
+            and oom.kind == OomKind.DISGUISED
             and oom.library == "cuda"
             and oom.framework == "pytorch"
             and oom.phase is None

@@ -13,6 +13,7 @@ from memdoc.rules.spec import (
     ratio_text,
     snippet,
 )
+from memdoc.trace.model import OomKind
 from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes
 
@@ -113,7 +114,7 @@ sequences scale the temporaries.
         if (
             oom.xla_temp_bytes
             or oom.xla_buffers
-            or oom.kind == "compile"
+            or oom.kind == OomKind.COMPILE
             or said(fail).xla_buffer_plan
         ):
             return self._planned(trace, fail, involved)

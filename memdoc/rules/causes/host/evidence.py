@@ -7,6 +7,7 @@ from memdoc.rules.causes.host.pressure import Pressure, pressure_evidence
 from memdoc.rules.facts import Failure
 from memdoc.rules.host import (
     Limit,
+    LimitKind,
     address_space_at_failure,
     host_limits,
     resident_at_failure,
@@ -56,7 +57,7 @@ def _dead_processes(trace: Trace, fail: Failure) -> list[Evidence]:
 def _own_limit_evidence(trace: Trace, fail: Failure, own: Limit) -> list[Evidence]:
     """The failing process's own limit and what it counts (address space for RLIMIT_AS,
     resident memory for a cgroup), at the error."""
-    if own.kind == "rlimit-as":
+    if own.kind == LimitKind.RLIMIT_AS:
         label, used = "address space of the failing process", address_space_at_failure(trace, fail)
     else:
         label, used = "resident memory of the failing process", resident_at_failure(trace, fail)

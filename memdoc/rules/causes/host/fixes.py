@@ -11,7 +11,7 @@ from memdoc.rules.base import Fix
 from memdoc.rules.facts import Failure
 from memdoc.rules.host import in_data_loading, in_model_loading
 from memdoc.rules.spec import snippet
-from memdoc.trace.model import Metric
+from memdoc.trace.model import Metric, OomKind
 from memdoc.trace.reader import Trace
 
 WORKERS_FIX = Fix(
@@ -134,14 +134,15 @@ class Signs:
 def error_signs(fail: Failure, cues: HostCues) -> Signs:
     """What a host error and the words around it point at."""
     oom = fail.oom
-    dataloader = oom.kind == "dataloader-killed"
+    dataloader = oom.kind == OomKind.DATALOADER_KILLED
     return Signs(
-        killed=oom.kind in ("host-kill", "dataloader-killed"),
+        killed=oom.kind in (OomKind.HOST_KILL, OomKind.DATALOADER_KILLED),
         workers=dataloader or cues.dataloader_worker or in_data_loading(fail),
-        shm=oom.kind == "shm" or (dataloader and (cues.bus_error or cues.shared_memory_words)),
+        shm=oom.kind == OomKind.SHM
+        or (dataloader and (cues.bus_error or cues.shared_memory_words)),
         loading=oom.phase == "load" or in_model_loading(fail),
         scheduler=cues.scheduler,
-        building=oom.kind == "host-kill" and cues.compiler,
+        building=oom.kind == OomKind.HOST_KILL and cues.compiler,
     )
 
 

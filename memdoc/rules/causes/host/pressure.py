@@ -6,13 +6,13 @@ from dataclasses import dataclass
 
 from memdoc.rules.base import Evidence
 from memdoc.rules.facts import root_pid
-from memdoc.rules.host import Limit, job_limit, job_peak_resident
+from memdoc.rules.host import Limit, LimitKind, job_limit, job_peak_resident
 from memdoc.rules.spec import bytes_evidence, count_evidence, share_evidence
+from memdoc.thresholds import nearly_full
 from memdoc.trace.model import Metric
 from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes
 
-NEAR_LIMIT = 0.9
 # A SIGKILL with memory below this share of the limit, and no OOM kill counted, was not for
 # memory: a person, a timeout or a scheduler sent it.
 FAR_BELOW = 0.5
@@ -73,7 +73,7 @@ class Pressure:
     @property
     def near_limit(self) -> bool:
         share = self.used_share
-        return share is not None and share >= NEAR_LIMIT
+        return share is not None and nearly_full(share, 1.0)
 
 
 def job_pressure(trace: Trace) -> Pressure | None:
@@ -104,11 +104,11 @@ def _counted(trace: Trace, limit: Limit | None, held_label: str) -> tuple[str, f
     """What the binding limit measures, when it is not the job's resident memory."""
     if limit is None:
         return "", None
-    if limit.kind == "cgroup" and "cgroup" not in held_label:
+    if limit.kind == LimitKind.CGROUP and "cgroup" not in held_label:
         usage = trace.peak(Metric.CGROUP_USAGE)
         if usage is not None:
             return _CGROUP_USAGE, usage[1]
-    if limit.kind == "rlimit-as":
+    if limit.kind == LimitKind.RLIMIT_AS:
         vms = trace.peak(Metric.HOST_VMS, None, root_pid(trace))
         if vms is not None:
             return _ADDRESS_SPACE, vms[1]
