@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "headroom",
     "explain",
     "diagnose",
+    "compare",
     "report",
     "live",
     "top",
