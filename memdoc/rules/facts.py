@@ -476,16 +476,17 @@ def baselines(steps: Iterable[StepStat]) -> list[float]:
     return [s.baseline for s in steps if s.baseline is not None]
 
 
-def baseline_trend(trace: Trace, curve: Curve) -> tuple[Trend, float] | None:
+def baseline_trend(
+    trace: Trace, curve: Curve, *, warmup: int | None = None, min_steps: int = MIN_TREND_STEPS
+) -> tuple[Trend, float] | None:
     """The curve's trend at step boundaries after warm-up, and its last value: the one
     growth rate of a run, quoted alike by the findings and the per-step table. None with
-    fewer than MIN_TREND_STEPS steps measured after warm-up."""
-    measured = measured_baselines(trace, curve)
-    # The first steps allocate once (optimizer state, caches, autotuning): a jump there
-    # followed by a plateau is warm-up, not a leak.
-    warmup = min(WARMUP_STEPS, max(0, len(measured) - MIN_TREND_STEPS))
-    measured = [(step, value) for step, value in measured if step >= warmup]
-    if len(measured) < MIN_TREND_STEPS:
+    fewer than `min_steps` steps measured after warm-up.
+
+    The warm-up is WARMUP_STEPS, fewer where that would leave under MIN_TREND_STEPS;
+    `warmup` given (a test's memory budget) leaves out exactly that many steps."""
+    measured = after_warmup(measured_baselines(trace, curve), warmup)
+    if len(measured) < min_steps:
         return None
     values = [value for _, value in measured]
     positions = [step for step, _ in measured]
@@ -498,6 +499,18 @@ def _noise(curve: Curve, values: list[float]) -> float:
     if not curve.on_host:
         return 0.0
     return max(1 * MiB, 0.002 * max(values))
+
+
+def after_warmup(
+    measured: list[tuple[int, float]], warmup: int | None = None
+) -> list[tuple[int, float]]:
+    """The (step index, baseline) pairs after the first `warmup` steps (None: WARMUP_STEPS,
+    fewer where that would leave under MIN_TREND_STEPS)."""
+    if warmup is None:
+        # The first steps allocate once (optimizer state, caches, autotuning): a jump there
+        # followed by a plateau is warm-up, not a leak.
+        warmup = min(WARMUP_STEPS, max(0, len(measured) - MIN_TREND_STEPS))
+    return [(step, value) for step, value in measured if step >= warmup]
 
 
 def measured_baselines(trace: Trace, curve: Curve) -> list[tuple[int, float]]:
