@@ -38,7 +38,7 @@ def train(steps=30, leak=False):
         loss.backward()
         opt.step()
         if leak:
-            kept.append(torch.randn(512, 512))  # 1 MiB a step, kept
+            kept.append(torch.randn(1024, 512))  # 2 MiB a step, kept
     return kept
 
 
