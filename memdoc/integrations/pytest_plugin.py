@@ -7,9 +7,9 @@ it needs more memory than its budget, with memdoc's diagnosis of why.
     pytest --memdoc                      # judge the marked tests
     pytest --memdoc --memdoc-dir traces  # and keep each one's trace and baseline figures
 
-pytest loads this module in every run wherever memdoc is installed: it imports pytest and
-the standard library only, and does nothing beyond registering the marker and the options
-unless `--memdoc` is given; memdoc itself is imported then, at the first marked test.
+pytest loads the entry point `pytest_memdoc` (a module outside this package, which adds the
+options and the marker) in every run wherever memdoc is installed; it registers this module
+only when `--memdoc` is given, so that memdoc is imported only then.
 
 A marked test runs inside `memdoc.watch`; its budget is kept on the place it ran: the GPU
 whose framework allocated most (allocated bytes for `peak`, reserved for `peak_held`,
@@ -41,11 +41,6 @@ if TYPE_CHECKING:
     from memdoc.budget.testing import Limits, Verdict
 
 MARKER = "memdoc"
-MARKER_HELP = (
-    "memdoc(peak=None, peak_held=None, growth_per_step=None, warmup=2, tolerance=None): "
-    "with --memdoc, fail the test when it needs more memory than this budget (sizes as "
-    '"1.5 GiB" or bytes; tolerance as a size or a share, "5%")'
-)
 # How often a marked test's memory is sampled (the host has no interval peaks: a spike
 # shorter than this may go unseen there). 10 ms keeps a test's steps apart on a CPU.
 INTERVAL_S = 0.01
@@ -57,23 +52,6 @@ MAX_NAME_CHARS = 120
 
 class MemdocWarning(pytest.PytestWarning):
     """memdoc could not measure a test (the test itself ran as usual)."""
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("memdoc", "memory budgets (memdoc)")
-    group.addoption(
-        "--memdoc",
-        action="store_true",
-        default=False,
-        help="record tests marked @pytest.mark.memdoc(...) and fail those over their budget",
-    )
-    group.addoption(
-        "--memdoc-dir",
-        metavar="DIR",
-        default=None,
-        help="keep each budgeted test's trace (DIR/<test>.memdoc) and figures "
-        "(DIR/<test>.baseline.json); without it they go to a temporary folder and are removed",
-    )
 
 
 @dataclass
@@ -101,7 +79,7 @@ _STATE = pytest.StashKey[_State]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", MARKER_HELP)
+    """Called once `pytest_memdoc` registers this module, which it does under --memdoc."""
     if config.getoption("memdoc", False):
         keep = config.getoption("memdoc_dir", None)
         config.stash[_STATE] = _State(Path(keep).absolute() if keep else None)

@@ -438,3 +438,23 @@ def test_safe_names_are_file_names() -> None:
     assert safe_name("tests/test_x.py::test_y[3-a b]") == "tests_test_x.py_test_y_3-a_b"
     long = safe_name("t.py::test_" + "x" * 300)
     assert len(long) <= 120 and long != safe_name("t.py::test_" + "x" * 299)
+
+
+def test_without_memdoc_turned_on_pytest_imports_nothing_of_memdoc(
+    pytester: pytest.Pytester,
+) -> None:
+    # The entry point is loaded in every pytest run wherever memdoc is installed, and
+    # `import memdoc` watches the frameworks' loops: a suite that did not ask must not get it.
+    pytester.makepyfile(
+        """
+        import sys
+
+        def test_nothing_of_memdoc():
+            loaded = sorted(m for m in sys.modules if m == "memdoc" or m.startswith("memdoc."))
+            assert not loaded, loaded
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "no:randomly", "-p", "no:xdist", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=1)
