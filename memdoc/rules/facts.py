@@ -21,6 +21,7 @@ from memdoc.trace.model import (
     EventKind,
     Metric,
     OomInfo,
+    OomKind,
 )
 from memdoc.trace.model import framework_metric as fw_metric
 from memdoc.trace.reader import Series, StepStat, Trace, oom_of
@@ -111,7 +112,7 @@ def tiny_request(oom: OomInfo) -> bool:
 def planned_by_xla(oom: OomInfo) -> bool:
     """An XLA error that shows the compiled program's buffer plan (its working memory)."""
     return bool(oom.xla_buffers or oom.xla_temp_bytes or oom.xla_total_bytes) or (
-        oom.kind == "compile"
+        oom.kind == OomKind.COMPILE
     )
 
 
