@@ -90,7 +90,8 @@ class ReportData:
         `title` names the report (default: the trace's file name).
         """
         trace = run.primary
-        warnings = [*run.warnings, *loss_warnings(run)]
+        # A rule that failed is named beside the run's own warnings (see rules.engine.Findings).
+        warnings = [*run.warnings, *getattr(findings, "warnings", ()), *loss_warnings(run)]
         oom = oom_view(trace)
         allocations = load_allocations(trace, warnings)
         return cls(

@@ -39,6 +39,7 @@ from memdoc.trace.reader import Run, Trace
 
 __all__ = [
     "Explanation",
+    "Findings",
     "check_rule",
     "diagnose",
     "diagnose_run",
@@ -49,26 +50,36 @@ __all__ = [
 ]
 
 
-def diagnose(trace: Trace, rules: Sequence[Rule] | None = None) -> list[Finding]:
-    """Every rule's finding on this trace, most confident first.
+class Findings(list[Finding]):
+    """Findings, most confident first, and `warnings`: what could not be judged (a rule
+    that failed on this trace, named so that the others' findings still count)."""
 
-    A rule that raises is left out and named in `trace.warnings`: one broken rule must not
-    hide what the others found.
+    def __init__(self, findings: Iterable[Finding] = (), warnings: Iterable[str] = ()) -> None:
+        super().__init__(findings)
+        self.warnings = list(warnings)
+
+
+def diagnose(trace: Trace, rules: Sequence[Rule] | None = None) -> Findings:
+    """Every rule's finding on this trace, most confident first. The trace is not changed.
+
+    A rule that raises is left out and named in the result's `warnings`: one broken rule
+    must not hide what the others found.
     """
     findings: list[Finding] = []
+    warnings: list[str] = []
     with one_reading():
         for rule in all_rules() if rules is None else rules:
             try:
                 finding = check_rule(rule, trace)
             except Exception as exc:
-                trace.warnings.append(
+                warnings.append(
                     f"rule {rule.slug} failed on this trace ({type(exc).__name__}: {exc}); "
                     "its finding is left out"
                 )
                 continue
             if finding is not None:
                 findings.append(finding)
-    return sort_findings(findings)
+    return Findings(sort_findings(findings), warnings)
 
 
 def check_rule(rule: Rule, trace: Trace) -> Finding | None:
@@ -87,25 +98,27 @@ def check_rule(rule: Rule, trace: Trace) -> Finding | None:
     return dataclasses.replace(finding, confidence=confidence, reasons=reasons)
 
 
-def diagnose_run(run: Run, run_rules: Sequence[RunRule] | None = None) -> list[Finding]:
+def diagnose_run(run: Run, run_rules: Sequence[RunRule] | None = None) -> Findings:
     """Findings of every rank, merged per rule, plus the cross-rank findings."""
     if len(run.traces) == 1:
         return diagnose(run.traces[0])
+    per_trace = [(trace, diagnose(trace)) for trace in run.traces]
+    warnings = [w for _, found in per_trace for w in found.warnings]
     per_rank = [
         dataclasses.replace(f, rank=rank_of(run, trace))
-        for trace in run.traces
-        for f in diagnose(trace)
+        for trace, found in per_trace
+        for f in found
     ]
     findings = _merge_ranks(per_rank, len(run.traces))
     for rule in all_run_rules() if run_rules is None else run_rules:
         try:
             findings.extend(rule.check_run(run))
         except Exception as exc:
-            run.traces[0].warnings.append(
+            warnings.append(
                 f"rule {rule.slug} failed on this run ({type(exc).__name__}: {exc}); "
                 "its finding is left out"
             )
-    return sort_findings(findings)
+    return Findings(sort_findings(findings), warnings)
 
 
 def _merge_ranks(findings: Iterable[Finding], ranks: int) -> list[Finding]:
@@ -153,13 +166,15 @@ def explain_text(text: str) -> Explanation:
     if bare_bad_alloc(oom, text[-_LIMIT_TAIL_CHARS:]):
         return Explanation(None, not_memory=BARE_BAD_ALLOC)
     trace = text_trace(text, oom)
-    findings = diagnose(trace)
+    found = diagnose(trace)
+    warnings = [*trace.warnings, *found.warnings]
+    findings: list[Finding] = found
     if is_bare(oom):
         findings = sort_findings([*findings, *_common_causes(trace, oom, findings, BARE_WHY)])
-        trace.warnings.append(BARE_WARNING)
+        warnings.append(BARE_WARNING)
     elif on_gpu(oom) and not any(f.confidence >= LIKELY.base for f in findings):
         findings = sort_findings([*findings, *_common_causes(trace, oom, findings, UNSURE_WHY)])
-    return Explanation(oom, findings, list(trace.warnings))
+    return Explanation(oom, findings, warnings)
 
 
 # Where a text without a memory error is searched for a limit it names: its end.

@@ -106,7 +106,9 @@ class Feed:
             findings = self._rules(shown)
         except Exception as exc:  # a rule's bug must not end the session
             return None, f"the rules failed: {type(exc).__name__}: {exc}"
-        return tuple(sorted(findings, key=lambda f: -f.confidence)), None
+        failed = getattr(findings, "warnings", None)  # rules that failed, named (Findings)
+        error = "; ".join(failed) if failed else None
+        return tuple(sorted(findings, key=lambda f: -f.confidence)), error
 
     def _failed_view(self, state: SourceState, exc: Exception) -> DashboardView:
         error = f"cannot show this frame: {type(exc).__name__}: {exc}"

@@ -41,11 +41,24 @@ class _BrokenRule:
 
 def test_a_rule_that_raises_is_left_out_with_a_warning_and_the_others_still_report() -> None:
     trace = load_trace(RULE_FIXTURES / "host-oom" / "hit-sigkill-near-limit.memdoc")
+    before = list(trace.warnings)
 
     found = diagnose(trace, rules=[_BrokenRule(), RULES["host-oom"]])
 
     assert [f.rule for f in found] == ["host-oom"]
-    assert any("rule broken failed" in w and "ZeroDivisionError" in w for w in trace.warnings)
+    assert any("rule broken failed" in w and "ZeroDivisionError" in w for w in found.warnings)
+    assert trace.warnings == before  # diagnose never changes the trace it is given
+
+
+def test_a_failed_rule_is_named_in_the_report_beside_the_runs_warnings() -> None:
+    from memdoc.report.data import ReportData
+
+    trace = load_trace(RULE_FIXTURES / "host-oom" / "hit-sigkill-near-limit.memdoc")
+    found = diagnose(trace, rules=[_BrokenRule(), RULES["host-oom"]])
+
+    data = ReportData.from_run(Run([trace]), found)
+
+    assert any("rule broken failed" in w for w in data.warnings)
 
 
 def _leaking_rank(path: Path, rank: int, fail_at_step: int | None) -> None:

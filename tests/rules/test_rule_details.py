@@ -895,7 +895,7 @@ def test_a_jax_failure_with_no_live_arrays_left_is_weighed_without_dividing_by_z
 
     findings = diagnose(trace)
 
-    assert not [w for w in trace.warnings if "failed on this trace" in w]
+    assert not [w for w in findings.warnings if "failed on this trace" in w]
     assert {f.rule for f in findings} & {"xla-temp-buffers", "single-allocation-too-large"}
 
 

@@ -170,6 +170,22 @@ def test_rules_rerun_at_most_every_interval_and_see_only_what_was_shown(demo_tra
     assert seen == [pytest.approx(10.0, abs=0.11), pytest.approx(12.5, abs=0.11)]
 
 
+def test_a_rule_that_failed_is_named_in_the_frame_and_the_others_still_show(
+    demo_trace: Path,
+) -> None:
+    from memdoc.rules.engine import Findings
+
+    def rules(trace: object) -> Findings:
+        return Findings(FINDINGS, ["rule broken failed on this trace (ZeroDivisionError)"])
+
+    clock = ManualClock()
+    source = ReplaySource(load_trace(demo_trace), clock=clock, start_s=10.0)
+    frame = Feed(source, rules=rules, monotonic=clock).next_frame(ViewRequest())
+
+    assert frame.findings == FINDINGS
+    assert frame.rules_error is not None and "rule broken failed" in frame.rules_error
+
+
 def test_live_replays_files_other_tools_wrote(tmp_path: Path) -> None:
     from memdoc.cli.live import open_source
 
