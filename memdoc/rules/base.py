@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from memdoc.trace.model import OomInfo
 from memdoc.trace.reader import Run, Trace
 
 
@@ -94,7 +96,29 @@ class Rule(Protocol):
     # What it is / Why it happens / How to confirm / Fixes / References
     doc: str
 
+    # True when the cause is a behaviour over time (growth across steps, a phase, a first
+    # step): from an error text alone the engine lets it claim no more than TEXT_ONLY_CAP.
+    needs_recording: bool
+
     def check(self, trace: Trace) -> Finding | None: ...
+
+    def ruled_out_by(self, oom: OomInfo) -> bool:
+        """True when the error's own figures rule this cause out (other processes cannot
+        have filled a device this process held most of)."""
+        ...
+
+    def common_cause(
+        self,
+        trace: Trace,
+        summary: str,
+        evidence: Sequence[Evidence],
+        *,
+        to_confirm: str,
+        frameworks: Sequence[str],
+    ) -> Finding:
+        """A weak finding of this cause, named for how often it ends real incidents, where
+        an error's text alone cannot tell the cause."""
+        ...
 
 
 class RunRule(Protocol):

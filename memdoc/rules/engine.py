@@ -14,12 +14,9 @@ from memdoc.rules.confidence import (
     LIKELY,
     TEXT_ONLY_CAP,
     TEXT_ONLY_REASON,
-    WEAK,
-    Signals,
     capped,
 )
 from memdoc.rules.facts import one_reading
-from memdoc.rules.ledger import held_bytes
 from memdoc.rules.priors import (
     BARE_CAUSES,
     INCIDENTS,
@@ -31,7 +28,7 @@ from memdoc.rules.priors import (
 )
 from memdoc.rules.ranks import rank_of
 from memdoc.rules.registry import RULES, all_rules, all_run_rules
-from memdoc.rules.spec import RuleSpec, count_evidence
+from memdoc.rules.spec import count_evidence
 from memdoc.rules.text_trace import text_trace
 from memdoc.rules.words import explain_in_words
 from memdoc.trace.model import OomInfo
@@ -89,7 +86,7 @@ def check_rule(rule: Rule, trace: Trace) -> Finding | None:
     one error text: from a text-only trace it is at most TEXT_ONLY_CAP.
     """
     finding = rule.check(trace)
-    if finding is None or not trace.is_text_only or not getattr(rule, "needs_recording", False):
+    if finding is None or not trace.is_text_only or not rule.needs_recording:
         return finding
     confidence = capped(finding.confidence, TEXT_ONLY_CAP)
     if confidence == finding.confidence:
@@ -195,10 +192,13 @@ def _common_causes(trace: Trace, oom: OomInfo, found: Sequence[Finding], why: st
     named = {f.rule for f in found}
     added: list[Finding] = []
     # The commonest causes the error's own figures do not rule out.
-    candidates = [s for s in common_causes(oom.framework, None) if not _ruled_out(s, oom)]
+    candidates = [
+        slug
+        for slug in common_causes(oom.framework, None)
+        if slug in RULES and not RULES[slug].ruled_out_by(oom)
+    ]
     for slug in candidates[:BARE_CAUSES]:
-        rule = RULES.get(slug)
-        if slug in named or not isinstance(rule, RuleSpec):
+        if slug in named:
             continue
         count = INCIDENTS_BY_CAUSE[slug]
         summary = (
@@ -206,9 +206,8 @@ def _common_causes(trace: Trace, oom: OomInfo, found: Sequence[Finding], why: st
         )
         evidence = [count_evidence("real incidents with this cause", count)]
         added.append(
-            rule.finding(
+            RULES[slug].common_cause(
                 trace,
-                Signals(WEAK),
                 summary,
                 evidence,
                 to_confirm="rerun under `memdoc run` to record what filled the memory",
@@ -216,19 +215,6 @@ def _common_causes(trace: Trace, oom: OomInfo, found: Sequence[Finding], why: st
             )
         )
     return added
-
-
-# The share of the device this process must hold for other processes not to be the cause.
-MOSTLY_OURS = 0.75
-
-
-def _ruled_out(slug: str, oom: OomInfo) -> bool:
-    """The error's own figures rule the cause out: other processes cannot have filled a
-    device that this process held most of."""
-    if slug != "other-process" or not oom.total_bytes:
-        return False
-    ours = held_bytes(oom)
-    return ours is not None and ours >= MOSTLY_OURS * oom.total_bytes
 
 
 def to_json(oom: OomInfo | None, findings: Sequence[Finding]) -> dict[str, Any]:

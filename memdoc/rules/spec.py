@@ -12,7 +12,7 @@ from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import Signals
 from memdoc.rules.host import gpu_recorded, on_host
 from memdoc.trace.model import FRAMEWORK_NAMES as PEOPLE_NAMES
-from memdoc.trace.model import UNWATCHED_FRAMEWORK_NAMES
+from memdoc.trace.model import UNWATCHED_FRAMEWORK_NAMES, OomInfo
 from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes, format_duration, format_percent
 
@@ -51,6 +51,30 @@ class RuleSpec:
 
     def check(self, trace: Trace) -> Finding | None:
         raise NotImplementedError
+
+    def ruled_out_by(self, oom: OomInfo) -> bool:
+        """True when the error's own figures rule this cause out (none do, unless a rule
+        says which)."""
+        return False
+
+    def common_cause(
+        self,
+        trace: Trace,
+        summary: str,
+        evidence: Sequence[Evidence],
+        *,
+        to_confirm: str,
+        frameworks: Sequence[str],
+    ) -> Finding:
+        """A weak finding of this cause, for an error whose text alone cannot tell."""
+        return self.finding(
+            trace,
+            Signals(confidence.WEAK),
+            summary,
+            evidence,
+            to_confirm=to_confirm,
+            frameworks=frameworks,
+        )
 
     def finding(
         self,

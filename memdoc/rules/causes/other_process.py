@@ -18,7 +18,7 @@ from memdoc.rules.facts import (
     starved_library,
     tiny_request,
 )
-from memdoc.rules.ledger import pool_bytes
+from memdoc.rules.ledger import held_bytes, pool_bytes
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
@@ -48,6 +48,10 @@ class _Others:
     # True when only the framework's pool is known: the unaccounted figure is then what is
     # left after a CUDA context and its libraries' workspaces, which the message leaves out.
     beyond_context: bool = False
+
+
+# The share of the device this process must hold for other processes not to be the cause.
+MOSTLY_OURS = 0.75
 
 
 class OtherProcess(RuleSpec):
@@ -111,6 +115,13 @@ keep their memory until they are stopped.
             "https://pytorch.org/docs/stable/notes/cuda.html#memory-management",
         ),
     )
+
+    def ruled_out_by(self, oom: OomInfo) -> bool:
+        """Other processes cannot have filled a device this process held most of."""
+        if not oom.total_bytes:
+            return False
+        ours = held_bytes(oom)
+        return ours is not None and ours >= MOSTLY_OURS * oom.total_bytes
 
     def check(self, trace: Trace) -> Finding | None:
         fail = failure(trace)
