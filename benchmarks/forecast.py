@@ -2,7 +2,8 @@
 
 Each program runs under a memory cap (RLIMIT_AS) on the CPU:
 - the leaking ones run under `memdoc run` until they really run out; the forecast that the
-  trace supported at 30% of their steps is compared with the step that ran out;
+  trace supported at 30% of their steps is compared with the step that ran out, and with
+  the step that runs out in plain runs of the program (no memdoc; the median of three);
 - the batch ones get a `memdoc headroom` answer, and the truth is found by running sizes
   (multiples of K) under `memdoc run` until one runs out.
 
@@ -86,6 +87,29 @@ def memdoc_run(
     return subprocess.run(command, env=env, capture_output=True, text=True, check=False)
 
 
+PLAIN_RUNS = 3
+
+
+def plain_oom_step(case: LeakCase) -> int | None:
+    """The step that runs out without memdoc (one past the last "step N" printed), the
+    median of PLAIN_RUNS runs; None when a run did not run out."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMDOC")}
+    found = []
+    for _ in range(PLAIN_RUNS):
+        done = subprocess.run(
+            [sys.executable, str(PROGRAMS / case.program), *case.args],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode == 0:
+            return None
+        steps = [line for line in done.stdout.splitlines() if line.startswith("step ")]
+        found.append(len(steps) + 1)
+    return sorted(found)[len(found) // 2]
+
+
 def leak_row(case: LeakCase, folder: Path) -> str:
     trace_path = folder / f"{case.program}-{len(case.args)}.memdoc"
     started = time.monotonic()
@@ -100,9 +124,12 @@ def leak_row(case: LeakCase, folder: Path) -> str:
     if said is None:
         return f"| {case.name} | {truth} | no forecast at step {cut.data.get('step')} | | |"
     error = (said.oom_step - truth) / truth
+    plain = plain_oom_step(case)
+    against_plain = f"{plain} | {(said.oom_step - plain) / plain:+.1%}" if plain else "- | -"
     return (
         f"| {case.name} | {truth} | {said.oom_step} ({said.oom_step_early}–{said.oom_step_late}) "
-        f"at step {said.step} | {error:+.1%} | {time.monotonic() - started:.0f} s |"
+        f"at step {said.step} | {error:+.1%} | {against_plain} | "
+        f"{time.monotonic() - started:.0f} s |"
     )
 
 
@@ -162,9 +189,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         folder = Path(tmp)
         if args.only in (None, "forecast"):
             print(
-                "| leaking program | real OOM step | forecast at 30% of the steps | error | time |"
+                "| leaking program | OOM step under memdoc | forecast at 30% of the steps | error "
+                "| OOM step plainly (median of 3) | error against it | time |"
             )
-            print("|---|---|---|---|---|")
+            print("|---|---|---|---|---|---|---|")
             for leak in LEAKS:
                 print(leak_row(leak, folder), flush=True)
         if args.only in (None, "headroom"):
