@@ -230,6 +230,12 @@ class Session:
             return
         from memdoc.collectors.frameworks import oom_context
 
+        if self._thread is None:
+            # Sampled at steps only: a sample now, so that a framework whose runtime started
+            # since the last one is known (its live arrays and allocator state at the error
+            # are then read), and the trace holds the memory at the error.
+            with contextlib.suppress(Exception):
+                self.tick()
         with self._lock:
             active = list(self._active)
         # What the frameworks knew at that moment (allocator stats, live arrays); the
