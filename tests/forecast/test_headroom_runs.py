@@ -31,8 +31,8 @@ def headroom(
         # the search must see that they bracket it and answer the one that trained, and the
         # runs after check it from outside. The search from far away, growing and bisecting,
         # is tested on a stand-in probe (test_headroom_search.py). A JAX program's border
-        # under memdoc moves from run to run (benchmarks/headroom: not understood yet), so
-        # it is not pinned here.
+        # moves from run to run, plainly too (its threads share glibc's arenas as they
+        # come: benchmarks/headroom), so it is not pinned here.
         pytest.param("torch_batch.py", "320", "1024,1152", 128, 1, RLIMIT_AS, id="pytorch"),
         # Fixed memory (an embedding, its Adam state) dominates the small sizes.
         pytest.param(
@@ -74,8 +74,8 @@ def test_the_answer_trains_and_the_next_size_up_runs_out(
     size = answer["largest_size"]
     assert size is not None and size % multiple_of == 0
     assert answer["limit"] == limit
-    # The truth is found as the probes ran: under `memdoc run`, whose agent thread takes
-    # some address space of its own under the cap (no GPU memory).
+    # The truth is found as the probes ran: under `memdoc run` (whose agent, on a machine
+    # without an accelerator, starts no thread and so takes no arena under the cap).
     fits = memdoc_run(tmp_path, program, str(size), budget_mib, STEPS, env=STEADY_MALLOC_ENV)
     assert fits.returncode == 0 and "done" in fits.stdout, fits.stderr[-1500:]
     too_big = memdoc_run(
