@@ -17,7 +17,7 @@ from memdoc.cli.common import (
     warn,
 )
 from memdoc.errors import MemdocError
-from memdoc.trace.model import OomKind
+from memdoc.kinds import OomKind
 from memdoc.units import format_percent
 
 # The rules, the trace reader and rich are imported when the command runs: every `memdoc`
@@ -34,8 +34,8 @@ NO_MEMORY_ERROR = "No memory error found in this text."
 # Weaker findings are named in one line (all of them are in --json).
 SHOWN_IN_FULL = 0.25
 _KINDS = {
-    "allocator": "out of memory",
-    "compile": "out of memory in a compiled program",
+    OomKind.ALLOCATOR: "out of memory",
+    OomKind.COMPILE: "out of memory in a compiled program",
     OomKind.HOST_KILL: "killed (host out of memory)",
     OomKind.HOST_ALLOC: "host memory allocation failed",
     OomKind.SHM: "out of shared memory",

@@ -26,7 +26,8 @@ from memdoc.collectors.torch_cuda import (
     real_gate,
     torch_oom_stats,
 )
-from memdoc.trace.model import CollectorStatus, EventKind, OomInfo, OomKind
+from memdoc.kinds import OomKind
+from memdoc.trace.model import CollectorStatus, EventKind, OomInfo
 
 __all__ = ["CUDA_STATUS_NAME", "TorchCollector", "model_state_events", "torch_oom_stats"]
 

@@ -9,7 +9,8 @@ from typing import Any
 from memdoc.forecast import assess
 from memdoc.forecast.model import Forecast
 from memdoc.forecast.words import forecast_words
-from memdoc.trace.model import EventKind, Metric, OomInfo, OomKind
+from memdoc.kinds import OomKind
+from memdoc.trace.model import EventKind, Metric, OomInfo
 from memdoc.trace.reader import Trace, oom_of
 
 Applies = Callable[[Forecast], bool]

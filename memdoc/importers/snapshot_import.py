@@ -10,7 +10,8 @@ from memdoc.importers.build import TraceBuilder
 from memdoc.importers.fragmentation import pool_state
 from memdoc.importers.snapshot_replay import Replay, replay
 from memdoc.importers.torch_snapshot import Snapshot, TraceEntry, read_snapshot
-from memdoc.trace.model import DeviceInfo, EventKind, Metric, OomInfo, OomKind, SeriesKey
+from memdoc.kinds import OomKind
+from memdoc.trace.model import DeviceInfo, EventKind, Metric, OomInfo, SeriesKey
 from memdoc.units import format_bytes
 
 FRAMEWORK = "pytorch"

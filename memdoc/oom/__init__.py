@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from memdoc.trace.model import OomKind
+from memdoc.kinds import OomKind
 
 if TYPE_CHECKING:
     from memdoc.oom.logtext import Hit, LogText

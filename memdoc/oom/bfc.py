@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from memdoc.kinds import OomKind
 from memdoc.oom.fields import NUM, device_from_allocator, first_group, to_bytes
 from memdoc.oom.logtext import Hit, LogText, rank_of, strip_prefix
 from memdoc.oom.tensorflow import bfc_framework
-from memdoc.trace.model import OomInfo, OomKind
+from memdoc.trace.model import OomInfo
 
 # How far past its `InUse:` line a Stats block may run (it has eight lines).
 STATS_AFTER_ANCHOR = 12

@@ -6,10 +6,11 @@ from bisect import bisect_right
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from memdoc.kinds import OomKind
 from memdoc.oom.context import phase_at
 from memdoc.oom.fields import is_huge
 from memdoc.oom.logtext import Hit, LogText
-from memdoc.trace.model import OomInfo, OomKind
+from memdoc.trace.model import OomInfo
 
 # An identical error this many lines after the last one is its echo (a chained traceback
 # re-raises it, a launcher prints it again); further away it is a new failure.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from memdoc.kinds import OomKind
 from memdoc.oom.context import framework_in, guess_framework
 from memdoc.oom.fields import (
     INT,
@@ -18,7 +19,7 @@ from memdoc.oom.fields import (
 )
 from memdoc.oom.logtext import Hit, LogText, Window, is_source_line, rank_of, strip_prefix
 from memdoc.thresholds import little_free
-from memdoc.trace.model import OomInfo, OomKind
+from memdoc.trace.model import OomInfo
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import re
 
+from memdoc.kinds import OomKind
 from memdoc.oom.context import framework_in
 from memdoc.oom.disguised import ADVICE, GPU_WORDS_PATTERN
 from memdoc.oom.host import OTHER_KILLER
 from memdoc.oom.logtext import Hit, LogText, rank_of, strip_prefix
-from memdoc.trace.model import OomInfo, OomKind
+from memdoc.trace.model import OomInfo
 
 # A headline: at most this many non-blank lines, each at most this long.
 MAX_LINES = 3

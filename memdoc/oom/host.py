@@ -7,10 +7,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from memdoc.kinds import OomKind
 from memdoc.oom.fields import SIZE, first_group, is_huge, loose, parse_shape, to_bytes, to_int
 from memdoc.oom.hostcues import PLATFORM_NOTICES
 from memdoc.oom.logtext import Hit, LogText, is_source_line, rank_of, strip_prefix
-from memdoc.trace.model import OomInfo, OomKind, ProcessUsage
+from memdoc.trace.model import OomInfo, ProcessUsage
 
 # Short lines only: a shell's "Killed" line is short, and a 1 MB line must not be rescanned.
 _SHORT = 400

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TypeVar
 
-from memdoc.trace.model import OomKind
+from memdoc.kinds import OomKind
 
 
 class Killer(str, Enum):

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import re
 
+from memdoc.kinds import OomKind
 from memdoc.oom.fields import to_bytes
-from memdoc.trace.model import OomInfo, OomKind
+from memdoc.trace.model import OomInfo
 
 # A mapping this small refused with ENOMEM is a limit on mappings, not a lack of memory.
 TINY_MAPPING_BYTES = 64 * 1024

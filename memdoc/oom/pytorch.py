@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from memdoc.kinds import OomKind
 from memdoc.oom.context import framework_in
 from memdoc.oom.fields import (
     INT,
@@ -25,7 +26,7 @@ from memdoc.oom.logtext import (
     rank_of,
     strip_prefix,
 )
-from memdoc.trace.model import OomInfo, OomKind, ProcessUsage
+from memdoc.trace.model import OomInfo, ProcessUsage
 
 # ComfyUI's log line for a torch.OutOfMemoryError whose message is "Allocation on device".
 _COMFYUI = "exception during processing !!! allocation on device"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from memdoc.kinds import OomKind
 from memdoc.oom.context import guess_framework
 from memdoc.oom.fields import (
     INT,
@@ -20,7 +21,7 @@ from memdoc.oom.fields import (
     to_int,
 )
 from memdoc.oom.logtext import Hit, LogText, Window, rank_of
-from memdoc.trace.model import OomInfo, OomKind
+from memdoc.trace.model import OomInfo
 
 # TensorFlow raises ResourceExhaustedError for allocation failures; the bare class name
 # (as in "2 root error(s) found.") is one too, its details on the following lines.

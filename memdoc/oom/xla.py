@@ -6,10 +6,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from memdoc.kinds import OomKind
 from memdoc.oom.context import guess_framework
 from memdoc.oom.fields import INT, SIZE, first_group, first_known, is_huge, loose, to_bytes, to_int
 from memdoc.oom.logtext import Hit, LogText, Window, rank_of
-from memdoc.trace.model import OomInfo, OomKind
+from memdoc.trace.model import OomInfo
 
 _NEEDLES = (
     "out of memory while trying to allocate",

@@ -5,10 +5,11 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from memdoc.kinds import LimitKind
 from memdoc.report.ledger import held_series, oom_device
 from memdoc.report.timeline import end_words
 from memdoc.rules.facts import framework_name, root_pid
-from memdoc.rules.host import LimitKind, host_limits, job_limit
+from memdoc.rules.host import host_limits, job_limit
 from memdoc.trace import EventKind, Metric, OomInfo, Trace
 from memdoc.trace.model import FRAMEWORK_PREFIXES, RAISED_OUT_OF_WATCH
 from memdoc.trace.reader import oom_of

@@ -9,6 +9,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from memdoc.kinds import OomKind
 from memdoc.oom.frames import file_name, frame_matches, frame_parts
 from memdoc.oom.growthcues import GrowthCues, growth_cues
 from memdoc.oom.textcues import MessageCues, TextCues, message_cues, text_cues
@@ -21,7 +22,6 @@ from memdoc.trace.model import (
     EventKind,
     Metric,
     OomInfo,
-    OomKind,
 )
 from memdoc.trace.model import framework_metric as fw_metric
 from memdoc.trace.reader import Series, StepStat, Trace, oom_of

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from memdoc.kinds import LimitKind, OomKind
 from memdoc.oom.hostcues import HostCues, host_cues
 from memdoc.rules.facts import (
     GPU_FRAMEWORKS,
@@ -17,7 +18,7 @@ from memdoc.rules.facts import (
     root_pid,
     step_curve,
 )
-from memdoc.trace.model import EventKind, Metric, OomInfo, OomKind
+from memdoc.trace.model import EventKind, Metric, OomInfo
 from memdoc.trace.reader import Series, Trace
 
 HOST_KINDS = (OomKind.HOST_KILL, OomKind.HOST_ALLOC, OomKind.SHM, OomKind.DATALOADER_KILLED)
@@ -26,14 +27,6 @@ RECENT_S = 1.0
 # PyTorch's data loading, in a frame's file; what loading a model is called, in a function.
 _DATALOADER_FILES = r"torch[/\\]utils[/\\]data[/\\]"
 _LOADING_WORDS = ("from pretrained", "load")
-
-
-class LimitKind:
-    """What a host limit counts."""
-
-    RLIMIT_AS = "rlimit-as"  # a process's address space, against its RLIMIT_AS
-    CGROUP = "cgroup"  # the cgroup's charged memory (resident and page cache)
-    RAM = "ram"  # the machine's memory
 
 
 # How each kind of limit is called in a word, where the whole label does not fit.

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from memdoc.trace.model import OomInfo, OomKind
+from memdoc.kinds import OomKind
+from memdoc.trace.model import OomInfo
 
 # Incidents of the development half of memdoc's labelled corpus of real public threads
 # (tests/fixtures/corpus/incidents.jsonl, `"split": "dev"`) whose thread settled on each

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from memdoc.kinds import OomKind
 from memdoc.rules.facts import LIBRARY_NAMES, library_name
 from memdoc.trace.ledger import oom_this_process_bytes
-from memdoc.trace.model import OomInfo, OomKind
+from memdoc.trace.model import OomInfo
 from memdoc.units import format_bytes
 
 _FRAMEWORKS = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "jax": "XLA"}

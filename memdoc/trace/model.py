@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from memdoc.kinds import OomKind
+
 FORMAT_NAME = "memdoc-trace"
 SCHEMA_VERSION = 1
 
@@ -259,18 +261,6 @@ class ProcessUsage:
     pid: int | None
     used_bytes: int | None
     this_process: bool = False
-
-
-class OomKind:
-    """What ran out, as the recogniser decides it from the error (`OomInfo.kind`)."""
-
-    ALLOCATOR = "allocator"  # a framework's allocator refused a request on its device
-    COMPILE = "compile"  # XLA's buffer assignment, or a TPU program, did not fit
-    DISGUISED = "disguised"  # a library's handle or workspace (cuDNN, cuBLAS, NCCL) failed
-    HOST_ALLOC = "host-alloc"  # a host allocation failed (MemoryError, bad_alloc, ENOMEM)
-    HOST_KILL = "host-kill"  # killed (SIGKILL, `Killed`, the kernel's OOM killer)
-    SHM = "shm"  # /dev/shm full (a bus error in a worker)
-    DATALOADER_KILLED = "dataloader-killed"  # a DataLoader worker died
 
 
 @dataclass(frozen=True)

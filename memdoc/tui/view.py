@@ -8,8 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from memdoc.forecast.summary import forecast_in_force
+from memdoc.kinds import LimitKind
 from memdoc.rules.facts import root_pid
-from memdoc.rules.host import LimitKind, job_limit
+from memdoc.rules.host import job_limit
 from memdoc.trace import Metric, OomInfo, ProcessInfo, Trace
 from memdoc.trace.ledger import framework_pids, ledger_at
 from memdoc.trace.model import FRAMEWORK_PREFIXES

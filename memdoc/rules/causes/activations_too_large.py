@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from memdoc.kinds import OomKind
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, WEAK, Signals
 from memdoc.rules.facts import (
@@ -45,7 +46,7 @@ from memdoc.rules.spec import (
 )
 from memdoc.rules.trend import fit_trend
 from memdoc.thresholds import nearly_full
-from memdoc.trace.model import OomInfo, OomKind
+from memdoc.trace.model import OomInfo
 from memdoc.trace.phases import BatchSearch, batch_search
 from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from memdoc.kinds import LimitKind
 from memdoc.oom.frames import in_file
 from memdoc.oom.names import has_stem, has_words
 from memdoc.rules.base import Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, Signals
 from memdoc.rules.facts import Failure, failed_device, failure, frameworks, said, series_named
-from memdoc.rules.host import LimitKind, host_limits
+from memdoc.rules.host import host_limits
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from memdoc.kinds import OomKind
 from memdoc.rules.base import Evidence, Finding
 from memdoc.rules.causes.host import allocation, kill, shared_memory
 from memdoc.rules.causes.host.evidence import error_evidence
@@ -25,7 +26,6 @@ from memdoc.rules.confidence import STRONG, Signals
 from memdoc.rules.facts import Failure, failure, frameworks
 from memdoc.rules.host import HOST_KINDS, cues_of
 from memdoc.rules.spec import RuleSpec
-from memdoc.trace.model import OomKind
 from memdoc.trace.reader import Trace
 
 

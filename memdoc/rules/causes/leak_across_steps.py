@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from memdoc.kinds import OomKind
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.causes.kept_by_evaluation import EvaluationKept, kept_by_evaluation
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
@@ -29,7 +30,7 @@ from memdoc.rules.spec import (
     snippet,
 )
 from memdoc.rules.trend import Trend
-from memdoc.trace.model import EventKind, OomKind
+from memdoc.trace.model import EventKind
 from memdoc.trace.reader import Trace
 from memdoc.units import MiB, format_bytes
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from memdoc.kinds import OomKind
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
 from memdoc.rules.facts import (
@@ -22,7 +23,7 @@ from memdoc.rules.spec import (
     share_evidence,
     snippet,
 )
-from memdoc.trace.model import EventKind, Metric, OomKind
+from memdoc.trace.model import EventKind, Metric
 from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Set
 from dataclasses import dataclass
 
+from memdoc.kinds import OomKind
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
 from memdoc.rules.facts import (
@@ -26,7 +27,7 @@ from memdoc.rules.spec import (
     snippet,
 )
 from memdoc.trace.ledger import oom_this_process_bytes
-from memdoc.trace.model import Metric, OomInfo, OomKind, ProcessUsage
+from memdoc.trace.model import Metric, OomInfo, ProcessUsage
 from memdoc.trace.reader import Trace
 from memdoc.units import GiB, format_bytes
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from memdoc.kinds import OomKind
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, WEAK, Signals
 from memdoc.rules.facts import Failure, failure, frameworks, said, specific_library
@@ -13,7 +14,6 @@ from memdoc.rules.spec import (
     ratio_text,
     snippet,
 )
-from memdoc.trace.model import OomKind
 from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes
 

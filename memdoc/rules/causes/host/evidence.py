@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from memdoc.kinds import LimitKind
 from memdoc.rules.base import Evidence
 from memdoc.rules.causes.host.pressure import Pressure, pressure_evidence
 from memdoc.rules.facts import Failure
 from memdoc.rules.host import (
     Limit,
-    LimitKind,
     address_space_at_failure,
     host_limits,
     resident_at_failure,

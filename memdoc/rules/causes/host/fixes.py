@@ -6,12 +6,13 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from memdoc.kinds import OomKind
 from memdoc.oom.hostcues import HostCues, Scheduler
 from memdoc.rules.base import Fix
 from memdoc.rules.facts import Failure
 from memdoc.rules.host import in_data_loading, in_model_loading
 from memdoc.rules.spec import snippet
-from memdoc.trace.model import Metric, OomKind
+from memdoc.trace.model import Metric
 from memdoc.trace.reader import Trace
 
 WORKERS_FIX = Fix(

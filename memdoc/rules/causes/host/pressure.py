@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memdoc.kinds import LimitKind
 from memdoc.rules.base import Evidence
 from memdoc.rules.facts import root_pid
-from memdoc.rules.host import Limit, LimitKind, job_limit, job_peak_resident
+from memdoc.rules.host import Limit, job_limit, job_peak_resident
 from memdoc.rules.spec import bytes_evidence, count_evidence, share_evidence
 from memdoc.thresholds import nearly_full
 from memdoc.trace.model import Metric

@@ -1,0 +1,25 @@
+"""The kinds memdoc sorts what ran out, and what a limit counts, into: named once here, in
+a module that imports nothing, so that any layer (the command line's start included) can
+use them."""
+
+from __future__ import annotations
+
+
+class OomKind:
+    """What ran out, as the recogniser decides it from the error (`OomInfo.kind`)."""
+
+    ALLOCATOR = "allocator"  # a framework's allocator refused a request on its device
+    COMPILE = "compile"  # XLA's buffer assignment, or a TPU program, did not fit
+    DISGUISED = "disguised"  # a library's handle or workspace (cuDNN, cuBLAS, NCCL) failed
+    HOST_ALLOC = "host-alloc"  # a host allocation failed (MemoryError, bad_alloc, ENOMEM)
+    HOST_KILL = "host-kill"  # killed (SIGKILL, `Killed`, the kernel's OOM killer)
+    SHM = "shm"  # /dev/shm full (a bus error in a worker)
+    DATALOADER_KILLED = "dataloader-killed"  # a DataLoader worker died
+
+
+class LimitKind:
+    """What a host limit counts."""
+
+    RLIMIT_AS = "rlimit-as"  # a process's address space, against its RLIMIT_AS
+    CGROUP = "cgroup"  # the cgroup's charged memory (resident and page cache)
+    RAM = "ram"  # the machine's memory
