@@ -9,6 +9,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,12 +94,19 @@ def _timed(command: Command, folder: Path, env: dict[str, str], log: Path) -> fl
     the program's stderr back from the file, as it would keep a pipe's); or why it failed."""
     with log.open("wb") as out:
         start = time.perf_counter()
-        done = subprocess.run(
-            command.argv, cwd=folder, env=env, stdout=out, stderr=out, timeout=120, check=False
-        )
+        child = subprocess.Popen(command.argv, cwd=folder, env=env, stdout=out, stderr=out)
+        # Waited for without a timeout: `Popen.wait(timeout)` polls with sleeps of up to 50
+        # ms, which rounded every time measured here up to the next poll. A timer ends a
+        # run that hangs instead.
+        watchdog = threading.Timer(120.0, child.kill)
+        watchdog.start()
+        try:
+            returncode = child.wait()
+        finally:
+            watchdog.cancel()
         seconds = time.perf_counter() - start
-    if done.returncode != 0:
-        return f"{command.name} failed (exit {done.returncode}): {last_line(log.read_bytes())}"
+    if returncode != 0:
+        return f"{command.name} failed (exit {returncode}): {last_line(log.read_bytes())}"
     return seconds
 
 

@@ -7,7 +7,6 @@ import functools
 import inspect
 import os
 import sys
-import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Coroutine, Generator
 from pathlib import Path
@@ -16,30 +15,16 @@ from typing import Any, ParamSpec, TypeVar
 
 from memdoc import recordings
 from memdoc.printable import printable
-from memdoc.session import DEFAULT_INTERVAL_S, Session
+from memdoc.session import (
+    DEFAULT_INTERVAL_S,
+    Session,
+    active_session,
+    pop_session,
+    push_session,
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-_active: list[Session] = []
-_active_lock = threading.Lock()
-
-
-def active_session() -> Session | None:
-    """The innermost active session of this process, if any."""
-    with _active_lock:
-        return _active[-1] if _active else None
-
-
-def push_session(session: Session) -> None:
-    with _active_lock:
-        _active.append(session)
-
-
-def pop_session(session: Session) -> None:
-    with _active_lock:
-        if session in _active:
-            _active.remove(session)
 
 
 def step(**data: Any) -> None:

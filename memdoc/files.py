@@ -4,7 +4,6 @@ link that another user planted, never over a file without being asked to."""
 from __future__ import annotations
 
 import os
-import secrets
 import stat
 from pathlib import Path
 from typing import IO
@@ -87,7 +86,7 @@ def temporary_beside(path: Path) -> tuple[int, Path]:
     folder = path.parent if str(path.parent) else Path(".")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
     for _ in range(_NAME_TRIES):
-        tmp = folder / f".{path.name}.{secrets.token_hex(8)}.tmp"
+        tmp = folder / f".{path.name}.{os.urandom(8).hex()}.tmp"
         try:
             return os.open(tmp, flags, 0o666), tmp
         except FileExistsError:

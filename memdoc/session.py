@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import Any
 
 from memdoc.collectors.base import Collector, CollectorFailed, Sink, Values
+from memdoc.kinds import OomKind
 from memdoc.trace.model import (
     SCHEMA_VERSION,
     USER_STEP,
@@ -23,7 +24,6 @@ from memdoc.trace.model import (
     Event,
     EventKind,
     Header,
-    OomKind,
     ProcessInfo,
     SeriesKey,
     allowlisted_env,
@@ -32,6 +32,30 @@ from memdoc.trace.model import (
 DEFAULT_INTERVAL_S = 0.1
 MAX_MESSAGE_CHARS = 20_000
 MAX_STACK_FRAMES = 40
+
+
+# The sessions of this process that `memdoc.step()` and `memdoc.mark()` report to, the
+# innermost last: kept here, beside the session, so that `memdoc run`'s agent, which starts
+# before the program, imports no more than it needs.
+_active: list[Session] = []
+_active_lock = threading.Lock()
+
+
+def active_session() -> Session | None:
+    """The innermost active session of this process, if any."""
+    with _active_lock:
+        return _active[-1] if _active else None
+
+
+def push_session(session: Session) -> None:
+    with _active_lock:
+        _active.append(session)
+
+
+def pop_session(session: Session) -> None:
+    with _active_lock:
+        if session in _active:
+            _active.remove(session)
 
 
 class Session:

@@ -16,7 +16,6 @@ from memdoc.cli.common import ExitStatus, check_output_path, seconds, seconds_or
 from memdoc.cli.serve import METRICS_GRACE_S, serving_metrics
 from memdoc.errors import MemdocError
 from memdoc.files import output_folder
-from memdoc.metrics.identity import job_identity
 from memdoc.printable import printable
 
 if TYPE_CHECKING:
@@ -193,6 +192,8 @@ def run(args: argparse.Namespace) -> int:
     from memdoc.run.parent import RunOptions
 
     command, display = program_command(args)
+    from memdoc.metrics.identity import job_identity
+
     identity = job_identity(os.environ, command)
     output = _output_path(args.output, identity.trace_name(os.getpid()))
     check_output_path(output, force=args.force)

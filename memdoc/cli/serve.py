@@ -10,10 +10,10 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from memdoc.metrics.identity import JobIdentity
-
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
+
+    from memdoc.metrics.identity import JobIdentity
 
 # How long `memdoc run` keeps serving once the program ended: a scraper then sees
 # `memdoc_running 0` and the final findings. `--metrics-grace` changes it.

@@ -6,6 +6,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from memdoc.collectors.devices import NVIDIA_SIGNS, present
 from memdoc.trace.model import DeviceInfo
 
 # NVML's "value not available" sentinel for per-process memory (2^64 - 1).
@@ -99,6 +100,8 @@ class _PynvmlGate:
     """The gate over nvidia-ml-py. Handles are looked up once; MIG instances are enumerated."""
 
     def __init__(self) -> None:
+        if not present(NVIDIA_SIGNS):  # no driver: nvidia-ml-py would only say so, slower
+            raise NvmlUnavailable(NO_DRIVER_REASON, NO_DRIVER_HINT)
         try:
             import pynvml
         except ImportError as exc:  # nvidia-ml-py is a dependency; this is a broken install

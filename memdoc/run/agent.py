@@ -12,14 +12,20 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
-from memdoc.api import pop_session, push_session
 from memdoc.collectors.base import SessionHandle, Values
+from memdoc.collectors.devices import ACCELERATOR_SIGNS, present
 from memdoc.collectors.launcher import first_int, launcher_ranks
 from memdoc.collectors.registry import agent_collectors
 from memdoc.run.channel import ENV_INTERVAL, ENV_SOCKET, AgentChannel
 from memdoc.run.handled import exit_recording_error_in_hand, watch_caught_errors
 from memdoc.run.settle import SettleRule
-from memdoc.session import DEFAULT_INTERVAL_S, Session, host_memory_now
+from memdoc.session import (
+    DEFAULT_INTERVAL_S,
+    Session,
+    host_memory_now,
+    pop_session,
+    push_session,
+)
 from memdoc.trace.model import CollectorStatus, EventKind, ProcessInfo, SeriesKey
 
 # Set by `memdoc headroom`: end the program cleanly after this many steps.
@@ -172,14 +178,11 @@ def _start() -> None:
     _state["channel"] = channel
 
 
-# Device nodes of the accelerators whose counters the framework collectors read (NVIDIA,
-# AMD's ROCm, WSL2's GPU, TPU and other accel-class devices).
-ACCELERATOR_NODES = ("/dev/nvidiactl", "/dev/kfd", "/dev/dxg", "/dev/accel0", "/dev/accel/accel0")
 # Set to "thread" or "steps" to choose how the agent samples, over the choice below.
 ENV_SAMPLER = "MEMDOC_SAMPLER"
 
 
-def sampler_thread_wanted(nodes: tuple[str, ...] = ACCELERATOR_NODES) -> bool:
+def sampler_thread_wanted(signs: tuple[str, ...] = ACCELERATOR_SIGNS) -> bool:
     """Whether the agent samples on a thread of its own, between the program's steps.
 
     Only a device's counters move unseen between steps: the parent samples host memory for
@@ -194,7 +197,7 @@ def sampler_thread_wanted(nodes: tuple[str, ...] = ACCELERATOR_NODES) -> bool:
         return chosen == "thread"
     if address_space_capped():
         return False
-    return any(os.path.exists(node) for node in nodes)
+    return present(signs)
 
 
 def address_space_capped() -> bool:

@@ -17,7 +17,6 @@ from typing import IO
 from memdoc import recordings
 from memdoc.collectors.registry import parent_collectors
 from memdoc.files import open_output
-from memdoc.forecast.live import ForecastingSink
 from memdoc.metrics.identity import job_identity
 from memdoc.run.channel import ENV_INTERVAL, ENV_SOCKET, AgentServer
 from memdoc.run.rundir import SOCKET_NAME, create_run_dir, remove_stale_run_dirs
@@ -129,11 +128,10 @@ def run_program(options: RunOptions) -> RunResult:
 
 
 def _run_recorded(options: RunOptions, writer: TraceWriter) -> RunResult:
-    remove_stale_run_dirs()
     sock_dir = create_run_dir()
     socket_path = str(sock_dir / SOCKET_NAME)
-    sink = ForecastingSink(writer, start_unix=writer.start_unix)  # where steps meet samples
-    server = AgentServer(socket_path, sink)  # listening now, accepting once started
+    # Listening now, accepting once started, by then writing through the forecasting sink.
+    server = AgentServer(socket_path, writer)
     env = child_environment(socket_path, options.interval_s, dict(os.environ))
     env.update(options.extra_env)
     # Snapshots and memory profiles saved at an OOM go beside the trace.
@@ -166,6 +164,13 @@ def _run_recorded(options: RunOptions, writer: TraceWriter) -> RunResult:
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED) if in_main else None
     try:
+        # Made once the program runs, beside its start (memdoc's start is the program's wait).
+        from memdoc.forecast.live import ForecastingSink
+
+        sink = ForecastingSink(writer, start_unix=writer.start_unix)  # steps meet samples
+        server.writer = sink
+        with contextlib.suppress(Exception):  # housekeeping: folders of runs long gone
+            remove_stale_run_dirs()
         server.start()
         if tail is not None:
             tail.program_started()

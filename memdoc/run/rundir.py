@@ -11,8 +11,6 @@ import stat
 import tempfile
 from pathlib import Path
 
-import psutil
-
 from memdoc.run.channel import connect_now
 
 PREFIX = "memdoc-run-"
@@ -97,6 +95,8 @@ def _listening(folder: Path) -> bool:
 
 def _parent_alive(pid: int, entry: os.DirEntry[str]) -> bool:
     """True unless the PID is gone, a zombie, or a newer process that reused the PID."""
+    import psutil  # here: the cleanup runs beside the program, not before it
+
     try:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:

@@ -90,7 +90,10 @@ class PipeTail:
     memdoc) copies to the real one. The copier outlives a killed memdoc; memdoc reads a copy
     when it can, and a stopped memdoc never holds the program up."""
 
-    def __init__(self, write_fd: int, copy_fd: int) -> None:
+    def __init__(
+        self, write_fd: int, copy_fd: int, copier: subprocess.Popen[bytes] | None = None
+    ) -> None:
+        self._copier = copier
         self.stdout_fd: int | None = write_fd if same_file(1, 2) else None
         self.stderr_fd: int | None = write_fd
         self._copy_fd = copy_fd
@@ -114,15 +117,19 @@ class PipeTail:
             for fd in (program_read, program_write, copy_read, copy_write):
                 os.close(fd)
             return None
-        # The copier forks off and its first process ends at once, so that memdoc's only
-        # child is the program (tools that look for it find it).
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            copier.wait(timeout=5.0)
         os.close(program_read)
         os.close(copy_write)
-        return cls(program_write, copy_read)
+        return cls(program_write, copy_read, copier)
 
     def program_started(self) -> None:
+        # The copier forks off and its first process ends at once, so that memdoc's only
+        # child is the program (tools that look for it find it). It is reaped here, once
+        # the program runs: waiting for it first held the program's start up by a Python's
+        # start (some 40 ms).
+        copier, self._copier = self._copier, None
+        if copier is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                copier.wait(timeout=5.0)
         if self.stderr_fd is not None:
             os.close(self.stderr_fd)  # the program's copy is its own; EOF comes when it ends
             self.stderr_fd = self.stdout_fd = None

@@ -318,3 +318,21 @@ def test_a_lost_gpu_is_not_a_refused_value_but_the_end_of_nvml() -> None:
 
     with pytest.raises(CollectorFailed, match="NVML stopped answering"):
         collector.sample(time.time())
+
+
+def test_without_a_sign_of_a_driver_nvml_is_not_loaded_at_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No /proc/driver/nvidia, /dev/nvidiactl or /dev/dxg: the driver is not there, and
+    # loading nvidia-ml-py only to hear so cost every `memdoc run` some 45 ms.
+    import sys
+
+    from memdoc.collectors import nvml_gate
+
+    monkeypatch.setattr(nvml_gate, "present", lambda signs: False)
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # importing it now would fail loudly
+
+    with pytest.raises(nvml_gate.NvmlUnavailable) as raised:
+        nvml_gate.open_gate()
+
+    assert raised.value.reason == nvml_gate.NO_DRIVER_REASON

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from memdoc.run.agent import ACCELERATOR_NODES
+from memdoc.collectors.devices import ACCELERATOR_SIGNS, present
 from memdoc.trace import load_trace
 from tests.conftest import memdoc_cmd
 
@@ -85,7 +85,7 @@ def test_under_an_address_space_cap_the_agent_adds_under_16_mib_of_address_space
 
 
 @pytest.mark.skipif(
-    any(os.path.exists(node) for node in ACCELERATOR_NODES),
+    present(ACCELERATOR_SIGNS),
     reason="an accelerator is present: the agent samples its counters on a thread",
 )
 def test_without_a_cap_or_an_accelerator_the_agent_starts_no_thread(tmp_path: Path) -> None:
