@@ -18,7 +18,7 @@ import pytest
 from memdoc.trace import load_trace
 from tests.conftest import memdoc_cmd, run_memdoc
 
-pytestmark = [pytest.mark.slow, pytest.mark.torch]
+pytestmark = [pytest.mark.slow, pytest.mark.torch, pytest.mark.xdist_group("two-nodes")]
 pytest.importorskip("torch.distributed")
 
 PROGRAM = Path(__file__).resolve().parent / "ddp_host_oom.py"

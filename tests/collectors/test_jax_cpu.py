@@ -56,6 +56,10 @@ PROGRAM = """
 """
 
 
+# One worker runs the module: its shared run is made once, not once per worker.
+pytestmark = pytest.mark.xdist_group("jax-cpu-run")
+
+
 @pytest.fixture(scope="module")
 def jax_run(tmp_path_factory: pytest.TempPathFactory) -> WatchedRun:
     env = {"XLA_FLAGS": f"--xla_force_host_platform_device_count={DEVICES}"}

@@ -35,6 +35,10 @@ TRAINING = """
 """
 
 
+# One worker runs the module: its shared run is made once, not once per worker.
+pytestmark = pytest.mark.xdist_group("torch-cpu-run")
+
+
 @pytest.fixture(scope="module")
 def training(tmp_path_factory: pytest.TempPathFactory) -> WatchedRun:
     return run_program(tmp_path_factory.mktemp("training"), TRAINING)

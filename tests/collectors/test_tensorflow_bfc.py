@@ -42,6 +42,11 @@ PROGRAM = """
 """
 
 
+# One worker runs the module, so its TensorFlow program (some 20 s) runs once, not once per
+# worker that got one of its tests.
+pytestmark = pytest.mark.xdist_group("tf-bfc")
+
+
 @pytest.fixture(scope="module")
 def tf_run(tmp_path_factory: pytest.TempPathFactory) -> WatchedRun:
     env = {

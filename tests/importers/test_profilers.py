@@ -116,6 +116,10 @@ with open(sys.argv[1], "wb") as out:
 """
 
 
+# One worker runs the module: its shared run is made once, not once per worker.
+pytestmark = pytest.mark.xdist_group("jax-profile")
+
+
 @pytest.fixture(scope="module")
 def jax_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A device memory profile written by JAX itself, on CPU."""

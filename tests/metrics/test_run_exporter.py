@@ -39,6 +39,10 @@ class ServedRun:
     post_status: int
 
 
+# One worker runs the module: its shared run is made once, not once per worker.
+pytestmark = pytest.mark.xdist_group("served-run")
+
+
 @pytest.fixture(scope="module")
 def served_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedRun]:
     tmp = tmp_path_factory.mktemp("served")

@@ -32,6 +32,8 @@ from tests.report.traces import (
 
 pytestmark = [
     pytest.mark.browser,
+    # One worker runs the module: the reports are opened in browsers once, not per worker.
+    pytest.mark.xdist_group("browser-reports"),
     pytest.mark.skipif(
         find_chromium() is None,
         reason="needs a headless Chromium: apt-get install chromium",
