@@ -184,12 +184,16 @@ def test_jax_does_not_leak():
     jax_loop(False)
 
 
-@pytest.mark.memdoc(growth_per_step="0 B")
+# TensorFlow's eager calls from a callback grow the process's own memory a little even when
+# nothing is kept (its allocator and op caches: once 610 KiB a step, just over the host's
+# 16 MiB tolerance over 27 steps): the budget a Keras test can keep is a MiB a step, and
+# keeping 2 MiB of outputs a step still goes well over it.
+@pytest.mark.memdoc(growth_per_step="1 MiB")
 def test_keras_callback_keeps_outputs():
     keras_fit(True)
 
 
-@pytest.mark.memdoc(growth_per_step="0 B")
+@pytest.mark.memdoc(growth_per_step="1 MiB")
 def test_keras_callback_keeps_nothing():
     keras_fit(False)
 """
@@ -312,9 +316,13 @@ def test_a_jax_leak_and_a_keras_callback_that_keeps_outputs_fail_their_growth_bu
         "test_keras_callback_keeps_outputs": "FAILED",
         "test_keras_callback_keeps_nothing": "PASSED",
     }, result.stdout.str()
-    for test in ("test_jax_leaks", "test_keras_callback_keeps_outputs"):
+    for test, budget in (
+        ("test_jax_leaks", "0 B"),
+        ("test_keras_callback_keeps_outputs", "1.0 MiB"),
+    ):
         failed = _failure(result, test)
-        assert "memdoc: growth_per_step" in failed and "over a budget of 0 B" in failed, failed
+        assert "memdoc: growth_per_step" in failed, failed
+        assert f"over a budget of {budget}" in failed, failed
         assert "why: Memory kept alive step after step" in failed, failed
 
 
