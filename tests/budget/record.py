@@ -15,14 +15,14 @@ import gzip
 import os
 import subprocess
 import sys
-import sysconfig
 import tempfile
 from pathlib import Path
+
+from tests.rules.record import scrub
 
 HERE = Path(__file__).resolve().parent
 PROGRAMS = HERE / "programs"
 FIXTURES = HERE / "fixtures"
-REPO = HERE.parent.parent
 
 # name: (program, its arguments, its environment)
 RECORDINGS: dict[str, tuple[str, tuple[str, ...], dict[str, str]]] = {
@@ -39,21 +39,6 @@ RECORDINGS: dict[str, tuple[str, tuple[str, ...], dict[str, str]]] = {
 
 def fixture_path(name: str) -> Path:
     return FIXTURES / f"{name}.memdoc.gz"
-
-
-def scrub(text: str, *, cwd: str) -> str:
-    """The trace's text with machine paths replaced by the names a fixture keeps."""
-    site = sysconfig.get_paths()["purelib"]
-    for before, after in (
-        (f"{site}/", "site-packages/"),
-        (f"{PROGRAMS}/", ""),
-        (f'"{sys.executable}"', '"python3"'),
-        (f'"cwd":"{cwd}"', '"cwd":"tests/budget/programs"'),
-        (f"{cwd}/", ""),
-        (f"{REPO}/", ""),
-    ):
-        text = text.replace(before, after)
-    return text
 
 
 def memdoc_run(
@@ -75,7 +60,7 @@ def record(name: str) -> int:
     with tempfile.TemporaryDirectory() as folder:
         trace = Path(folder) / "run.memdoc"
         code = memdoc_run(program, args, env, trace, folder)
-        text = scrub(trace.read_text(), cwd=folder)
+        text = scrub(trace.read_text(), cwd=folder, programs=PROGRAMS)
     # mtime=0: a re-recorded fixture differs only where the run did.
     fixture_path(name).write_bytes(gzip.compress(text.encode(), mtime=0))
     return code

@@ -20,14 +20,17 @@ PROGRAMS = Path(__file__).resolve().parent / "programs"
 REPO = PROGRAMS.parent.parent.parent
 
 
-def scrub(text: str, *, cwd: str) -> str:
-    """The trace's text with machine paths replaced by the names a fixture keeps."""
+def scrub(text: str, *, cwd: str, programs: Path = PROGRAMS) -> str:
+    """The trace's text with machine paths replaced by the names a fixture keeps: the
+    programs' folder (`programs`, named from the checkout's root as the run's cwd), the
+    temporary folder the run was in (`cwd`), the virtual environment and the checkout."""
     site = sysconfig.get_paths()["purelib"]
     for before, after in (
         (f"{site}/", "site-packages/"),
-        (f"{PROGRAMS}/", ""),
+        (f"{programs}/", ""),
         (f'"{sys.executable}"', '"python3"'),
-        (f'"cwd":"{cwd}"', '"cwd":"tests/rules/programs"'),
+        (f'"cwd":"{cwd}"', f'"cwd":"{programs.relative_to(REPO)}"'),
+        (f"{cwd}/", ""),
         (f"{REPO}/", ""),
     ):
         text = text.replace(before, after)
