@@ -24,7 +24,7 @@ from memdoc.rules.facts import (
 from memdoc.trace.model import Metric
 from memdoc.trace.model import framework_metric as fw_metric
 from memdoc.trace.phases import phases
-from memdoc.trace.reader import Series, Trace, sum_series
+from memdoc.trace.reader import Series, Trace, peak_metric, sum_series
 
 # The baseline file's format: {"memdoc_baseline": BASELINE_FORMAT, ...}.
 BASELINE_FORMAT = 1
@@ -327,10 +327,7 @@ def _curve_series(trace: Trace, curve: Curve) -> Series | None:
 def _series_with_peaks(trace: Trace, metric: str, device: int) -> list[Series]:
     """The series of `metric` on `device` of every process, and its interval peaks."""
     found = trace.series_for(metric, device=device)
-    peak_metric = metric.replace(f".{Metric.ALLOCATED}", f".{Metric.ALLOCATED_PEAK}").replace(
-        f".{Metric.RESERVED}", f".{Metric.RESERVED_PEAK}"
-    )
-    peaks = trace.series_for(peak_metric, device=device) if peak_metric != metric else []
+    peaks = trace.series_for(peak_metric(metric), device=device)
     if len(found) > 1:
         # Several processes on one device: their sum at each instant is what the device held.
         return [sum_series(found), *([sum_series(peaks)] if peaks else [])]

@@ -29,7 +29,7 @@ from memdoc.rules.facts import (
     step_curve,
 )
 from memdoc.trace.model import FRAMEWORK_PREFIXES, Metric
-from memdoc.trace.reader import Series, Trace
+from memdoc.trace.reader import Series, Trace, peak_metric
 from memdoc.units import MiB, format_bytes, parse_size
 
 # The marker's arguments, in the order a positional argument fills them.
@@ -214,9 +214,9 @@ def _on_device(trace: Trace, curve: Curve) -> Measured:
         held_words=f"{name} reserved",
         exact=True,
         used_start=_first(used),
-        used_top=_top(used, trace.series(_peak_metric(curve.metric), device, curve.pid)),
+        used_top=_top(used, trace.series(peak_metric(curve.metric), device, curve.pid)),
         held_start=_first(held),
-        held_top=_top(held, trace.series(_peak_metric(held_metric), device, curve.pid)),
+        held_top=_top(held, trace.series(peak_metric(held_metric), device, curve.pid)),
     )
 
 
@@ -240,11 +240,6 @@ def _on_host(trace: Trace, curve: Curve | None) -> Measured:
 def _framework_of(metric: str) -> str:
     prefix = metric.split(".", 1)[0]
     return next((f for f, p in FRAMEWORK_PREFIXES.items() if p == prefix), prefix)
-
-
-def _peak_metric(metric: str) -> str:
-    quantity = metric.rsplit(".", 1)[-1]
-    return metric.rsplit(".", 1)[0] + "." + quantity + "_peak"
 
 
 def _first(series: Series | None) -> float | None:

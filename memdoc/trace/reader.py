@@ -293,7 +293,7 @@ class Trace:
     ) -> tuple[float, float] | None:
         """(t, bytes) of the highest value, counting interval peaks recorded beside the value."""
         candidates = []
-        for name in (metric, _peak_name(metric)):
+        for name in (metric, peak_metric(metric)):
             series = self.series(name, device, pid)
             if series is not None and (best := series.max()) is not None:
                 candidates.append(best)
@@ -304,7 +304,7 @@ class Trace:
     ) -> list[StepStat]:
         """Baseline (value after the step) and in-step peak, for each step event."""
         series = self.series(metric, device, pid)
-        peaks = self.series(_peak_name(metric), device, pid)
+        peaks = self.series(peak_metric(metric), device, pid)
         steps = self.steps()
         out: list[StepStat] = []
         t_prev = 0.0
@@ -407,7 +407,8 @@ class Trace:
         return oom_of(event) if event is not None else None
 
 
-def _peak_name(metric: str) -> str:
+def peak_metric(metric: str) -> str:
+    """The series that holds `metric`'s interval peaks ("torch.allocated_peak")."""
     if metric.endswith("." + Metric.ALLOCATED):
         return metric[: -len(Metric.ALLOCATED)] + Metric.ALLOCATED_PEAK
     if metric.endswith("." + Metric.RESERVED):
