@@ -27,11 +27,6 @@ from memdoc.budget.figures import (
 )
 from memdoc.units import format_bytes, parse_size
 
-# What the figures may differ by before "changed" is said, when no budget is given: the
-# host's figures move a little between two runs of one program (allocator, page cache).
-HOST_NOISE_SHARE = 0.02
-HOST_NOISE_BYTES = 1 << 20
-
 
 @dataclass(frozen=True)
 class Limit:
