@@ -96,6 +96,29 @@ def test_a_peak_over_its_share_is_over_and_one_within_it_is_not() -> None:
     assert comparison.over == (used,)
 
 
+def test_a_bare_budget_is_kept_on_the_hosts_own_memory_not_on_rss() -> None:
+    # Recorded: the same PyTorch program held 703 MiB resident on one CI machine and 780 MiB
+    # on another (library pages), its own memory within 5%.
+    base = figures(host={PEAK_USED: 612 * MiB, PEAK_HELD: 703 * MiB})
+    new = figures(host={PEAK_USED: 620 * MiB, PEAK_HELD: 780 * MiB})
+
+    bare = compare(base, new, parse_budget(["5%"]))
+    named = compare(base, new, parse_budget(["5%", "peak_held=5%"]))
+
+    held = row_of(bare, HOST, PEAK_HELD)
+    assert held.limit is None and not held.over and held.change == 77 * MiB
+    assert bare.over == () and any("RSS" in note for note in bare.notes)
+    assert row_of(named, HOST, PEAK_HELD).over, "a budget that names peak_held keeps it"
+    assert not any("RSS" in note for note in named.notes)
+
+
+def test_a_bare_budget_still_holds_a_gpus_pool() -> None:
+    base = figures(gpu={PEAK_USED: 10 << 30, PEAK_HELD: 12 << 30})
+    new = figures(gpu={PEAK_USED: 10 << 30, PEAK_HELD: 14 << 30})
+
+    assert row_of(compare(base, new, parse_budget(["5%"])), "gpu0", PEAK_HELD).over
+
+
 def test_bytes_allow_the_same_amount_whatever_the_base() -> None:
     base = figures(host={PEAK_USED: 100 * MiB})
     new = figures(host={PEAK_USED: 170 * MiB})
