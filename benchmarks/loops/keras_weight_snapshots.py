@@ -16,7 +16,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 import numpy as np
 import tensorflow as tf
 
-BUDGET_BYTES = 640 << 20  # as on a machine with 640 MiB to spare
+BUDGET_BYTES = 1 << 30  # as on a machine with 1 GiB to spare
 FEATURES, HIDDEN, CLASSES, ROWS, BATCH = 256, 1024, 10, 12800, 128
 
 
