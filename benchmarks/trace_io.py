@@ -103,6 +103,9 @@ def _step_trace(path: Path, steps: int) -> Path:
     pid = rank_pid(0)
     for number in range(1, steps + 1):
         t = CREATED_UNIX + number * 0.05
-        writer.event(Event(t, EventKind.STEP, pid, {"step": number, "source": "optimizer"}))
+        # As memdoc writes a step: with the process's own memory at the boundary.
+        own = {"host_rss_bytes": 900_000_000 + number * 4096, "host_anon_bytes": 600_000_000}
+        data = {"step": number, "source": "optimizer", **own}
+        writer.event(Event(t, EventKind.STEP, pid, data))
     writer.close(ExitInfo(CREATED_UNIX + steps * 0.05 + 1.0, exit_code=0))
     return path

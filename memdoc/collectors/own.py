@@ -2,19 +2,77 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+
+from memdoc.trace.model import STEP_HOST_READINGS, Metric
+
+# statm's fields, in pages: size (address space), resident, shared (resident file and shared
+# memory pages), text, lib, data, dt. Resident less shared is the anonymous memory the
+# process owns, the kernel's RssAnon.
+_STATM = "/proc/self/statm"
+_STATM_FIELDS = 7
+
+
+class _Statm:
+    """/proc/self/statm, opened once per process: reading it again costs about 2 µs against
+    15 µs to open it each time. A fork's child closes the descriptor it inherits and opens
+    its own; a descriptor that fails, or reads as anything but statm, is dropped."""
+
+    def __init__(self) -> None:
+        self._pid = 0
+        self._fd: int | None = None
+        self._page = 0
+
+    def pages(self) -> tuple[int, int, int] | None:
+        """(address space, resident, shared) in bytes; None where statm cannot be read."""
+        try:
+            if self._fd is None or self._pid != os.getpid():
+                self._pid, self._fd = os.getpid(), os.open(_STATM, os.O_RDONLY | os.O_CLOEXEC)
+                self._page = self._page or os.sysconf("SC_PAGE_SIZE")
+            fields = os.pread(self._fd, 128, 0).split()
+            if len(fields) != _STATM_FIELDS:
+                raise ValueError("not statm")
+            return (
+                int(fields[0]) * self._page,
+                int(fields[1]) * self._page,
+                int(fields[2]) * self._page,
+            )
+        except (OSError, ValueError, AttributeError):
+            self._fd = None  # opened again next time: a program may close what it did not open
+            return None
+
+    def forget(self) -> None:
+        """In a fork's child: close the parent's descriptor."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+_statm = _Statm()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_statm.forget)
+
 
 def own_memory() -> dict[str, int]:
     """Resident bytes and address space in use of this process now; empty where
     `/proc/self/statm` cannot be read (not Linux, or failing at an OOM)."""
-    try:
-        import resource
-
-        with open("/proc/self/statm") as statm:
-            pages = statm.read().split()
-        page = resource.getpagesize()
-        return {
-            "address_space_bytes": int(pages[0]) * page,
-            "rss_bytes": int(pages[1]) * page,
-        }
-    except (OSError, ValueError, IndexError, ImportError):
+    pages = _statm.pages()
+    if pages is None:
         return {}
+    size, resident, _ = pages
+    return {"address_space_bytes": size, "rss_bytes": resident}
+
+
+def step_memory() -> dict[str, int]:
+    """What a step boundary records of this process's own memory (STEP_HOST_READINGS):
+    resident bytes and the anonymous part of them; empty where unreadable."""
+    pages = _statm.pages()
+    if pages is None:
+        return {}
+    _, resident, shared = pages
+    return {
+        STEP_HOST_READINGS[Metric.HOST_RSS]: resident,
+        STEP_HOST_READINGS[Metric.HOST_ANON]: max(resident - shared, 0),
+    }

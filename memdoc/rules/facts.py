@@ -515,7 +515,8 @@ def after_warmup(
 
 
 def measured_baselines(trace: Trace, curve: Curve) -> list[tuple[int, float]]:
-    """(step index, baseline) of the steps after which the curve was sampled again.
+    """(step index, baseline) of the steps read at their boundary, and of those after
+    which the curve was sampled again.
 
     Steps shorter than the sampling interval share one sample: repeating it would read as
     "no growth" where nothing was measured.
@@ -525,7 +526,7 @@ def measured_baselines(trace: Trace, curve: Curve) -> list[tuple[int, float]]:
     last_sample = -1
     for index, step in enumerate(curve.steps):
         sample = bisect.bisect_right(series.times, step.t_end + 1e-9) if series else index
-        if step.baseline is not None and sample != last_sample:
+        if step.baseline is not None and (step.exact or sample != last_sample):
             out.append((index, step.baseline))
             last_sample = sample
     return out

@@ -134,6 +134,10 @@ class EventKind:
 # steps win over the ones detected automatically (e.g. "optimizer") in the same process.
 USER_STEP = "user"
 
+# What a step event records of its process's own memory at the boundary (resident bytes,
+# and the anonymous part of them), by the host metric each one is a reading of.
+STEP_HOST_READINGS = {Metric.HOST_ANON: "host_anon_bytes", Metric.HOST_RSS: "host_rss_bytes"}
+
 # An end record's `reason` when an exception left a `memdoc.watch` block: the program may
 # still catch it, so the record carries no exit code.
 RAISED_OUT_OF_WATCH = "raised out of the watched block"

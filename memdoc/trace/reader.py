@@ -23,6 +23,7 @@ from memdoc.trace.model import (
     FORMAT_NAME,
     FRAMEWORK_PREFIXES,
     SCHEMA_VERSION,
+    STEP_HOST_READINGS,
     USER_STEP,
     CollectorStatus,
     DeviceInfo,
@@ -109,6 +110,9 @@ class StepStat:
     t_end: float
     baseline: float | None
     peak: float | None
+    # The baseline was read at the boundary itself (the step event's own reading of its
+    # process's memory), not taken from the last sample before it.
+    exact: bool = False
 
 
 class Trace:
@@ -306,17 +310,22 @@ class Trace:
         series = self.series(metric, device, pid)
         peaks = self.series(peak_metric(metric), device, pid)
         steps = self.steps()
+        exact = self._step_readings(steps, metric, device, pid)
         out: list[StepStat] = []
         t_prev = 0.0
-        for t, number in zip(steps.times(), steps.values("step"), strict=True):
-            baseline = None
+        for i, (t, number) in enumerate(zip(steps.times(), steps.values("step"), strict=True)):
+            reading = exact[i] if exact else None
+            baseline = reading
             peak_values: list[float] = []
             if series is not None:
-                baseline = series.at(t + 1e-9)
+                if baseline is None:
+                    baseline = series.at(t + 1e-9)
                 if (m := series.max_between(t_prev, t)) is not None:
                     peak_values.append(m)
             if peaks is not None and (m := peaks.max_between(t_prev, t)) is not None:
                 peak_values.append(m)
+            if reading is not None:
+                peak_values.append(reading)
             out.append(
                 StepStat(
                     step=int(number) if isinstance(number, int) else len(out) + 1,
@@ -324,9 +333,45 @@ class Trace:
                     t_end=t,
                     baseline=baseline,
                     peak=max(peak_values) if peak_values else None,
+                    exact=reading is not None,
                 )
             )
             t_prev = t
+        return out
+
+    def _step_readings(
+        self, steps: EventView, metric: str, device: int | None, pid: int | None
+    ) -> list[float | None]:
+        """Each step's baseline of a host metric read at the boundary itself, where the step
+        events carry their process's own reading (memdoc 0.12+); empty where they do not.
+
+        For that process's own series the reading is the baseline. For the process tree's,
+        it is the tree at its last sample with the stepping process's part of it brought
+        up to the boundary: the other processes (data loader workers) as last sampled, or
+        as first sampled for a step before the first sample."""
+        key = STEP_HOST_READINGS.get(metric)
+        if key is None or device is not None or not len(steps):
+            return []
+        readings = steps.values(key)
+        if all(r is None for r in readings):
+            return []
+        stepping = steps[0].pid
+        if pid is not None and pid != stepping:
+            return []
+        if pid is not None:
+            return [float(r) if isinstance(r, int | float) else None for r in readings]
+        tree, own = self.series(metric), self.series(metric, None, stepping)
+        if tree is None or own is None:
+            return []
+        out: list[float | None] = []
+        for t, reading in zip(steps.times(), readings, strict=True):
+            # The others at the last sample, or at the first for a step before any sample.
+            when = t + 1e-9 if own.times and own.times[0] <= t + 1e-9 else own.times[0]
+            at_tree, at_own = tree.at(when), own.at(when)
+            if not isinstance(reading, int | float) or at_tree is None or at_own is None:
+                out.append(None)
+            else:
+                out.append(at_tree - at_own + float(reading))
         return out
 
     # -- events ---------------------------------------------------------------------------
