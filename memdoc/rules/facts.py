@@ -495,6 +495,26 @@ def baseline_trend(
     return (trend, values[-1]) if trend is not None else None
 
 
+def filling_trend(
+    trace: Trace, curve: Curve, *, held_share: float, min_steps: int = MIN_TREND_STEPS
+) -> tuple[Trend, float] | None:
+    """The trend of the steps that filled the memory a run ended with: after warm-up, up to
+    the first step within `held_share` of the last value; and that last value. For memory
+    that grew and was then held until the run ended (a retry at a smaller batch reuses
+    what the failed one freed). None with fewer than `min_steps` such steps."""
+    measured = after_warmup(measured_baselines(trace, curve))
+    if not measured:
+        return None
+    last = measured[-1][1]
+    filled = next(i for i, (_, value) in enumerate(measured) if value >= held_share * last)
+    part = measured[: filled + 1]
+    if len(part) < min_steps:
+        return None
+    values = [value for _, value in part]
+    trend = fit_trend(values, tolerance=_noise(curve, values), positions=[step for step, _ in part])
+    return (trend, last) if trend is not None else None
+
+
 def _noise(curve: Curve, values: list[float]) -> float:
     """How far a baseline may drop between steps and still count as flat."""
     if not curve.on_host:

@@ -15,6 +15,7 @@ from memdoc.rules.facts import (
     baseline_trend,
     failed_device,
     failure,
+    filling_trend,
     frameworks,
     growth_words,
     rank_curves,
@@ -40,6 +41,11 @@ MIN_GROWTH_BYTES = {True: 32 * MiB, False: 4 * MiB}  # host RSS is noisier than 
 MIN_MONOTONIC = 0.7
 # A leak adds memory in most steps, not in one jump.
 MIN_RISING = 0.5
+# Memory counts as held once it is within this share of the level the run ended at. Read at
+# every step, a leak behind a retry at a smaller batch fills the memory, then holds it for
+# a dozen steps while the retries reuse what the failed attempts freed (a halve-on-OOM
+# loop keeping each step's logits: 20 steps of 15-31 MiB, then 17 steps within 2%).
+HELD_SHARE = 0.95
 TO_CONFIRM = (
     "run it under `memdoc run` for a few steps: a leak shows as allocated memory at step "
     "boundaries that rises steadily"
@@ -219,7 +225,7 @@ GPU. In Python the memory is freed only when the last reference goes.
         curve = step_curve(trace, device if device is not None and device >= 0 else None)
         if curve is None:
             return None
-        fitted = _growth(trace, curve)
+        fitted = _growth(trace, curve, fail)
         if fitted is None:
             kept = kept_by_evaluation(trace, fail)
             return self._evaluation_kept(trace, fail, kept) if kept is not None else None
@@ -383,12 +389,19 @@ GPU. In Python the memory is freed only when the last reference goes.
         )
 
 
-def _growth(trace: Trace, curve: Curve) -> tuple[Trend, float] | None:
-    """The curve's trend at step boundaries after warm-up, and its last value, when it grows."""
+def _growth(trace: Trace, curve: Curve, fail: Failure | None) -> tuple[Trend, float] | None:
+    """The curve's trend at step boundaries after warm-up, and its last value, when it grows;
+    or, for a run that ran out, the trend of the steps that filled the memory it ran out
+    with, when those grew and it was then held to the end."""
     fitted = baseline_trend(trace, curve)
-    if fitted is None or not _grows(fitted[0], curve):
+    if fitted is None:
         return None
-    return fitted
+    if _grows(fitted[0], curve):
+        return fitted
+    if fail is None:
+        return None
+    filling = filling_trend(trace, curve, held_share=HELD_SHARE)
+    return filling if filling is not None and _grows(filling[0], curve) else None
 
 
 def _by_rank(trace: Trace) -> tuple[Curve, Trend, float, list[int]] | None:
@@ -398,7 +411,7 @@ def _by_rank(trace: Trace) -> tuple[Curve, Trend, float, list[int]] | None:
     grew: list[tuple[Curve, Trend, float]] = []
     flat: list[int] = []
     for rank, curve in rank_curves(trace):
-        fitted = _growth(trace, curve)
+        fitted = _growth(trace, curve, None)
         if fitted is None:
             flat.append(rank)
         else:
