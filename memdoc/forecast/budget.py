@@ -7,7 +7,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memdoc.forecast.model import StepSeries
-from memdoc.trace.model import FRAMEWORK_NAMES, FRAMEWORK_PREFIXES, Metric, SeriesKey
+from memdoc.trace.model import (
+    FRAMEWORK_NAMES,
+    FRAMEWORK_PREFIXES,
+    Event,
+    EventKind,
+    Metric,
+    SeriesKey,
+)
 from memdoc.trace.reader import Trace
 
 _PREFIX_TO_FRAMEWORK = {prefix: fw for fw, prefix in FRAMEWORK_PREFIXES.items()}
@@ -115,6 +122,7 @@ def assemble(
     limit_bytes: float | None,
     *,
     label: str | None = None,
+    planned_end_step: int | None = None,
 ) -> StepSeries | None:
     """A StepSeries from the steps that saw a value; None when the limit is unknown."""
     if not limit_bytes:
@@ -129,7 +137,30 @@ def assemble(
         peak_bytes=[p for _, _, p in kept],
         device=budget.measured.device,
         pid=budget.measured.pid,
+        planned_end_step=planned_end_step,
     )
+
+
+def planned_end(mark: Event, last_step: int) -> int | None:
+    """The last step a loop will run, from the mark of its training phase (`planned_steps`,
+    where the loop knows them) and the last step recorded before that mark."""
+    planned = mark.data.get("planned_steps")
+    if mark.kind != EventKind.MARK or not isinstance(planned, int) or planned <= 0:
+        return None
+    return last_step + planned
+
+
+def trace_planned_end(
+    trace: Trace, steps: Sequence[int], step_times: Sequence[float], until_s: float | None
+) -> int | None:
+    """The planned end of the last loop that said it, up to `until_s`."""
+    end = None
+    for mark in trace.events(EventKind.MARK):
+        if until_s is not None and mark.t > until_s:
+            break
+        before = bisect.bisect_right(step_times, mark.t)
+        end = planned_end(mark, steps[before - 1] if before else 0) or end
+    return end
 
 
 def trace_step_series(trace: Trace, *, until_s: float | None = None) -> list[StepSeries]:
@@ -146,6 +177,7 @@ def trace_step_series(trace: Trace, *, until_s: float | None = None) -> list[Ste
     out: list[StepSeries] = []
     if not kept:
         return out
+    end = trace_planned_end(trace, steps, step_times, until_s)
     keys = trace.series_keys()
     peaks_of: dict[SeriesKey, list[SeriesKey]] = {}
     for key in keys:
@@ -159,7 +191,9 @@ def trace_step_series(trace: Trace, *, until_s: float | None = None) -> list[Ste
         sources = [_times_values(trace, k) for k in (key, *peaks_of.get(key, []))]
         peaks = step_peaks(step_times, sources)
         limit, label = limit_at(trace, budget, step_times[-1])
-        series = assemble(budget, steps, step_times, peaks, limit, label=label)
+        series = assemble(
+            budget, steps, step_times, peaks, limit, label=label, planned_end_step=end
+        )
         if series is not None:
             out.append(series)
     return out

@@ -16,6 +16,7 @@ from memdoc.forecast.budget import (
     budget_for,
     is_limit,
     peak_source,
+    planned_end,
     superseded_by,
 )
 from memdoc.forecast.model import Forecast
@@ -63,6 +64,8 @@ class ForecastingSink:
         self._points: dict[SeriesKey, collections.deque[tuple[int, float, float]]] = {}
         self._last_step_t: dict[SeriesKey, float] = {}
         self._step_pid: int | None = None
+        self._last_step = 0
+        self._planned_end: int | None = None  # the loop's last step, where it said
         self._next_compute = float("-inf")
         self.latest: Forecast | None = None  # the last forecast written
         self.failed = False  # set when forecasting broke; the sink then only passes on
@@ -82,10 +85,14 @@ class ForecastingSink:
 
     def event(self, event: Event) -> None:
         self.inner.event(event)
-        if event.kind != EventKind.STEP or self.failed:
+        if event.kind not in (EventKind.STEP, EventKind.MARK) or self.failed:
             return
         try:
-            self._on_step(event)
+            if event.kind == EventKind.MARK:
+                with self._lock:
+                    self._planned_end = planned_end(event, self._last_step) or self._planned_end
+            else:
+                self._on_step(event)
         except Exception:
             # Steps come from the program's own thread under `memdoc.watch`: nothing may
             # reach it from here.
@@ -100,6 +107,7 @@ class ForecastingSink:
                 self._step_pid = event.pid
             if event.pid != self._step_pid:
                 return  # one process's steps count, as the reader does
+            self._last_step = number
             self._close_step(number, event.t)
             now = self._clock()
             if now < self._next_compute:
@@ -208,7 +216,10 @@ class ForecastingSink:
                 limit, label = self._totals.get(budget.total_device), budget.total_label
             steps = [p[0] for p in points]
             times = [p[1] - self.start_unix for p in points]
-            series = assemble(budget, steps, times, [p[2] for p in points], limit, label=label)
+            peaks = [p[2] for p in points]
+            series = assemble(
+                budget, steps, times, peaks, limit, label=label, planned_end_step=self._planned_end
+            )
             if series is not None:
                 results.append(analyse(series))
         best = earliest(results)

@@ -23,6 +23,8 @@ class StepSeries:
     peak_bytes: Sequence[float]
     device: int | None = None
     pid: int | None = None
+    # The last step the loop will run, where it said so (Keras `fit`: epochs × batches).
+    planned_end_step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -90,3 +92,4 @@ NO_LIMIT = "no-limit"
 TOO_FEW_STEPS = "too-few-steps"
 NO_GROWTH = "no-growth"
 BEYOND_REACH = "beyond-reach"  # growth, but the limit lies far past what was measured
+ENDS_FIRST = "ends-first"  # growth, but the loop ends before it reaches the limit

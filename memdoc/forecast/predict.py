@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from memdoc.forecast.fit import Z_90, LineFit, theil_sen, warmup_points
 from memdoc.forecast.model import (
     BEYOND_REACH,
+    ENDS_FIRST,
     NO_GROWTH,
     NO_LIMIT,
     TOO_FEW_STEPS,
@@ -73,6 +74,13 @@ def analyse(series: StepSeries) -> Forecast | NoForecast:
             f"away, more than {MAX_EXTRAPOLATION} times the {measured:,} steps measured"
         )
         return NoForecast(BEYOND_REACH, detail, points=len(xs))
+    end = series.planned_end_step
+    if end is not None and last_step <= end < min(early, central):
+        detail = (
+            f"the loop ends at step {end:,}, before the limit (step {min(early, central):,} "
+            "at the earliest)"
+        )
+        return NoForecast(ENDS_FIRST, detail, points=len(xs))
     pace = seconds_per_step(series.steps[skip:], series.times_s[skip:])
     return Forecast(
         metric=series.metric,
@@ -104,7 +112,7 @@ def earliest(results: Sequence[Forecast | NoForecast]) -> Forecast | NoForecast 
     if forecasts:
         return min(forecasts, key=lambda f: (f.oom_step, f.eta_s or 0.0))
     reasons = [r for r in results if isinstance(r, NoForecast)]
-    order = (BEYOND_REACH, NO_GROWTH, TOO_FEW_STEPS, NO_LIMIT)
+    order = (ENDS_FIRST, BEYOND_REACH, NO_GROWTH, TOO_FEW_STEPS, NO_LIMIT)
     return min(reasons, key=lambda r: order.index(r.reason)) if reasons else None
 
 

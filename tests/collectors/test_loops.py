@@ -56,6 +56,8 @@ def test_keras_fit_batches_are_steps_and_its_loops_are_phases(tmp_path: Path, ba
     # Keras never records gradients while it evaluates or predicts.
     assert all(m["grad_enabled"] is False for m in _phase_marks(trace, "eval"))
     assert all(m["source"] == "keras" for m in _phase_marks(trace, "train"))
+    # The fit said how many steps it would run (3 epochs of 8 batches), for the forecast.
+    assert [m.get("planned_steps") for m in _phase_marks(trace, "train")] == [24, None, None, None]
 
 
 @pytest.mark.slow
@@ -109,6 +111,10 @@ def test_lightning_loops_are_phases_and_its_finder_records_each_failure(tmp_path
     # 2 trials of 2 steps, then the fit: 64 samples in batches of 16 for 2 epochs, the new
     # optimizer counted from its second step.
     assert len(trace.steps()) == 4 + 7
+    # Each fit said how many steps it would run: the finder's trials (max_steps=2 each)
+    # and the fit (max_steps=8), for the forecast.
+    planned = [m.get("planned_steps") for m in _phase_marks(trace, "train")]
+    assert [p for p in planned if p is not None][-1] == 8 and 2 in planned
 
 
 @pytest.mark.slow
@@ -121,6 +127,8 @@ def test_the_hugging_face_trainer_evaluation_is_a_phase(tmp_path: Path) -> None:
         "eval", "phase ended", "predict", "phase ended",
     ]  # fmt: skip
     assert all(m["grad_enabled"] is False for m in _phase_marks(trace, "eval"))
+    # `max_steps=8` said how many steps `train` would run, for the forecast.
+    assert _phase_marks(trace, "train")[0].get("planned_steps") == 8
 
 
 def test_a_hook_runs_inside_the_import_before_the_next_line(tmp_path: Path) -> None:

@@ -7,8 +7,9 @@ import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
-from memdoc.forecast import Forecast
+from memdoc.forecast import Forecast, NoForecast, assess
 from memdoc.forecast.live import ForecastingSink
+from memdoc.forecast.model import ENDS_FIRST
 from memdoc.forecast.summary import forecast_in_force
 from memdoc.trace import load_trace
 from memdoc.trace.model import SCHEMA_VERSION, Event, EventKind, Header, Metric, SeriesKey
@@ -28,6 +29,7 @@ def recorded(
     cap: float = 1000 * MiB,
     recomputed: int | None = None,
     settle: bool = False,
+    planned_steps: int | None = None,
 ) -> Path:
     """Write a trace the way `memdoc run` does: samples between step events. With
     `recomputed`, the clock stands still after that many steps, as in a run whose last steps
@@ -40,6 +42,9 @@ def recorded(
     if recomputed is not None:
         ticks = itertools.chain(itertools.islice(ticks, recomputed), itertools.repeat(1e9))
     sink = ForecastingSink(writer, start_unix=START, clock=lambda: float(next(ticks)))
+    if planned_steps is not None:  # the training loop says how many steps it will run
+        data = {"label": "train", "phase": "train", "planned_steps": planned_steps}
+        sink.event(Event(t=START + 0.1, kind=EventKind.MARK, pid=PID, data=data))
     for step, peak in enumerate(peaks, 1):
         t = START + step
         sink.samples(t - 0.5, {VMS: peak - 2 * MiB, CAP: cap})
@@ -98,6 +103,18 @@ def test_the_forecast_at_the_end_of_a_run_speaks_for_all_of_its_steps(tmp_path: 
     # Still growing at the end: the forecast made during the growth stands, said once.
     growing = forecast_events(recorded(tmp_path, peaks[:30], recomputed=20, settle=True))
     assert [e.data["state"] for e in growing] == ["likely"]
+
+
+def test_a_leak_that_the_loops_end_comes_before_writes_no_forecast(tmp_path: Path) -> None:
+    # 300 MiB + 5 MiB a step reaches the 1000 MiB cap at about step 140.
+    peaks = [300 * MiB + 5 * MiB * i for i in range(60)]
+
+    before_the_cap = recorded(tmp_path, peaks, planned_steps=100)
+    assert forecast_events(before_the_cap) == []
+    later = assess(load_trace(before_the_cap))  # read again from the trace, after the run
+    assert isinstance(later, NoForecast) and later.reason == ENDS_FIRST
+    past_the_cap = recorded(tmp_path, peaks, planned_steps=500)
+    assert forecast_events(past_the_cap)[0].data["state"] == "likely"
 
 
 def test_a_faster_leak_moves_the_forecast(tmp_path: Path) -> None:

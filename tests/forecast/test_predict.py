@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 
 import pytest
 
 from memdoc.forecast import Forecast, NoForecast, StepSeries, assess, forecast
-from memdoc.forecast.model import BEYOND_REACH, NO_GROWTH, NO_LIMIT, TOO_FEW_STEPS
+from memdoc.forecast.model import BEYOND_REACH, ENDS_FIRST, NO_GROWTH, NO_LIMIT, TOO_FEW_STEPS
 from memdoc.forecast.predict import analyse
 from memdoc.trace import load_trace
 
@@ -42,6 +43,20 @@ def test_a_steady_leak_is_forecast_to_cross_at_the_right_step_and_time() -> None
     assert result.seconds_per_step == pytest.approx(0.5)
     assert result.eta_s == pytest.approx((result.oom_step - 60) * 0.5)
     assert result.limit_label == "GPU 0 total"
+
+
+def test_a_loop_planned_to_end_before_the_limit_gets_no_forecast() -> None:
+    # 200 MiB + 4 MiB a step reaches 1000 MiB at about step 201 (190 at the earliest).
+    steady = series(leak(60, noise=2 * MiB))
+
+    ends_first = analyse(dataclasses.replace(steady, planned_end_step=150))
+    ends_later = analyse(dataclasses.replace(steady, planned_end_step=250))
+    ran_past_its_plan = analyse(dataclasses.replace(steady, planned_end_step=40))
+
+    assert isinstance(ends_first, NoForecast) and ends_first.reason == ENDS_FIRST
+    assert ends_first.detail.startswith("the loop ends at step 150, before the limit (step ")
+    assert isinstance(ends_later, Forecast), "the limit comes before the planned end"
+    assert isinstance(ran_past_its_plan, Forecast), "a plan already overrun says nothing"
 
 
 def test_the_optimizer_jump_at_the_first_steps_is_not_taken_for_growth() -> None:

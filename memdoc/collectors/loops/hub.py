@@ -113,14 +113,18 @@ def _memory() -> dict[str, Any]:
 device_reader: Callable[[], dict[str, int]] | None = None
 
 
-def enter(phase: str, source: str, *, grad_enabled: bool | None) -> None:
+def enter(
+    phase: str, source: str, *, grad_enabled: bool | None, planned_steps: int | None = None
+) -> None:
     """A loop began `phase`; `grad_enabled` is False where the loop itself turns gradients
-    off (every framework's evaluation does), None where memdoc cannot tell. The mark carries
-    the process's own memory at that instant, so that what a phase kept is measured
-    exactly however short it was."""
+    off (every framework's evaluation does), None where memdoc cannot tell; `planned_steps`
+    the steps the loop will run when it knows (Keras `fit`: epochs times batches), so that
+    a forecast past its end is no warning. The mark carries the process's own memory at
+    that instant, so that what a phase kept is measured exactly however short it was."""
     with _lock:
         _phases.append(phase)
-    mark(phase, phase=phase, source=source, grad_enabled=grad_enabled, **_memory())
+    plan = {"planned_steps": planned_steps} if planned_steps else {}
+    mark(phase, phase=phase, source=source, grad_enabled=grad_enabled, **plan, **_memory())
 
 
 def leave(phase: str, source: str, *, failed: bool = False) -> None:
@@ -162,13 +166,20 @@ def in_phase(
     grad_enabled: bool | None,
     call: Callable[..., Any],
     *args: Any,
+    _memdoc_plan: Callable[..., int | None] | None = None,
     **kwargs: Any,
 ) -> Any:
     """`call(*args, **kwargs)` as one phase of a loop: marked when it begins and ends (an
-    error leaves the phase it came from in force); a plain call while no session listens."""
+    error leaves the phase it came from in force); a plain call while no session listens.
+    `_memdoc_plan(*args)` says how many steps the phase will run, where the loop knows (the
+    name keeps it apart from any keyword of the loop's own method)."""
     if not listening():
         return call(*args, **kwargs)
-    enter(phase, source, grad_enabled=grad_enabled)
+    planned = None
+    if _memdoc_plan is not None:
+        with contextlib.suppress(Exception):
+            planned = _memdoc_plan(*args)
+    enter(phase, source, grad_enabled=grad_enabled, planned_steps=planned)
     try:
         result = call(*args, **kwargs)
     except BaseException:
@@ -178,12 +189,20 @@ def in_phase(
     return result
 
 
-def around(phase: str, source: str, *, grad_enabled: bool | None) -> Callable[[F], F]:
-    """A wrapper maker for a method that runs one phase of a loop."""
+def around(
+    phase: str,
+    source: str,
+    *,
+    grad_enabled: bool | None,
+    plan: Callable[..., int | None] | None = None,
+) -> Callable[[F], F]:
+    """A wrapper maker for a method that runs one phase of a loop (see `in_phase`)."""
 
     def make(original: F) -> F:
         def run_phase(*args: Any, **kwargs: Any) -> Any:
-            return in_phase(phase, source, grad_enabled, original, *args, **kwargs)
+            return in_phase(
+                phase, source, grad_enabled, original, *args, _memdoc_plan=plan, **kwargs
+            )
 
         return run_phase  # type: ignore[return-value]
 

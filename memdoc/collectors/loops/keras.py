@@ -41,13 +41,29 @@ def _patch(module: ModuleType) -> None:
 
 def _begin(phase: str, grad: bool | None) -> Any:
     def report(callbacks: Any = None, *args: Any, **kwargs: Any) -> None:
-        hub.enter(phase, SOURCE, grad_enabled=grad)
+        planned = planned_steps(callbacks) if phase == hub.TRAIN else None
+        hub.enter(phase, SOURCE, grad_enabled=grad, planned_steps=planned)
         if phase == hub.TRAIN:
             weights = weight_bytes(getattr(callbacks, "model", None))
             if weights is not None:
                 hub.model_state(weights)
 
     return hub.after(report)
+
+
+def planned_steps(callbacks: Any) -> int | None:
+    """The steps this `fit` will record: its epochs times its batches per epoch, one step
+    per `steps_per_execution` batches (Keras sets `params` before training begins). None
+    where the data's length is unknown (a generator, a dataset that repeats)."""
+    params = getattr(callbacks, "params", None)
+    if not isinstance(params, dict):
+        return None
+    epochs, batches = params.get("epochs"), params.get("steps")
+    if not isinstance(epochs, int) or not isinstance(batches, int) or epochs <= 0 or batches <= 0:
+        return None
+    per_call = getattr(getattr(callbacks, "model", None), "steps_per_execution", 1)
+    per_call = per_call if isinstance(per_call, int) and per_call > 0 else 1
+    return epochs * -(-batches // per_call)
 
 
 # Bytes per element of the dtypes Keras variables are made of, by name.

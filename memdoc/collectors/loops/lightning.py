@@ -36,10 +36,21 @@ def _patch_package(package: str) -> Any:
         }
         for where, (phase, grad) in loops.items():
             loop = _attr(f"{package}.loops.{where}")
+            plan = _planned if phase == hub.TRAIN else None
             if loop is not None:
-                hub.wrap(loop, "run", hub.around(phase, SOURCE, grad_enabled=grad))
+                hub.wrap(loop, "run", hub.around(phase, SOURCE, grad_enabled=grad, plan=plan))
 
     return patch
+
+
+def _planned(fit_loop: Any, *args: Any) -> int | None:
+    """The optimizer steps the fit will still run, where `max_steps` fixes them (the count
+    from epochs needs the data set up, which the fit does itself, later)."""
+    trainer = getattr(fit_loop, "trainer", None)
+    steps, done = getattr(trainer, "max_steps", None), getattr(trainer, "global_step", 0)
+    if not isinstance(steps, int) or steps <= 0 or not isinstance(done, int):
+        return None
+    return steps - done if steps > done else None
 
 
 def _attr(dotted: str) -> Any:

@@ -31,9 +31,16 @@ def _patch_trainer(module: ModuleType) -> None:
     trainer: Any = getattr(module, "Trainer", None)
     if trainer is None:
         return
-    hub.wrap(trainer, "train", hub.around(hub.TRAIN, SOURCE, grad_enabled=None))
+    hub.wrap(trainer, "train", hub.around(hub.TRAIN, SOURCE, grad_enabled=None, plan=_planned))
     hub.wrap(trainer, "evaluation_loop", _evaluation_loop)
     _rebind_finder_names()
+
+
+def _planned(trainer: Any, *args: Any) -> int | None:
+    """The optimizer steps `train` will run, where the arguments fix them (`max_steps`); the
+    count from epochs is made inside `train`, from the data, and is not asked for here."""
+    steps = getattr(getattr(trainer, "args", None), "max_steps", None)
+    return steps if isinstance(steps, int) and steps > 0 else None
 
 
 def _evaluation_loop(original: Any) -> Any:

@@ -31,6 +31,7 @@ args = TrainingArguments(
     per_device_train_batch_size=8,
     per_device_eval_batch_size=8,
     num_train_epochs=2,
+    max_steps=8,  # the same 2 epochs of 4 steps, said up front: the phase's planned steps
     eval_strategy="epoch",
     save_strategy="no",
     report_to=[],
