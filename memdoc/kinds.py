@@ -23,3 +23,11 @@ class LimitKind:
     RLIMIT_AS = "rlimit-as"  # a process's address space, against its RLIMIT_AS
     CGROUP = "cgroup"  # the cgroup's charged memory (resident and page cache)
     RAM = "ram"  # the machine's memory
+
+
+class StepReading:
+    """What a step event records of its process's own memory at the boundary: the keys of
+    its data (the reader maps each to the host metric it is a reading of)."""
+
+    RSS = "host_rss_bytes"  # resident bytes
+    ANON = "host_anon_bytes"  # resident less file and shared pages (the kernel's RssAnon)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from memdoc.trace.model import STEP_HOST_READINGS, Metric
+from memdoc.kinds import StepReading
 
 # statm's fields, in pages: size (address space), resident, shared (resident file and shared
 # memory pages), text, lib, data, dt. Resident less shared is the anonymous memory the
@@ -66,13 +66,13 @@ def own_memory() -> dict[str, int]:
 
 
 def step_memory() -> dict[str, int]:
-    """What a step boundary records of this process's own memory (STEP_HOST_READINGS):
+    """What a step boundary records of this process's own memory (`StepReading`):
     resident bytes and the anonymous part of them; empty where unreadable."""
     pages = _statm.pages()
     if pages is None:
         return {}
     _, resident, shared = pages
     return {
-        STEP_HOST_READINGS[Metric.HOST_RSS]: resident,
-        STEP_HOST_READINGS[Metric.HOST_ANON]: max(resident - shared, 0),
+        StepReading.RSS: resident,
+        StepReading.ANON: max(resident - shared, 0),
     }

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from memdoc.kinds import OomKind
+from memdoc.kinds import OomKind, StepReading
 
 FORMAT_NAME = "memdoc-trace"
 SCHEMA_VERSION = 1
@@ -136,7 +136,7 @@ USER_STEP = "user"
 
 # What a step event records of its process's own memory at the boundary (resident bytes,
 # and the anonymous part of them), by the host metric each one is a reading of.
-STEP_HOST_READINGS = {Metric.HOST_ANON: "host_anon_bytes", Metric.HOST_RSS: "host_rss_bytes"}
+STEP_HOST_READINGS = {Metric.HOST_ANON: StepReading.ANON, Metric.HOST_RSS: StepReading.RSS}
 
 # An end record's `reason` when an exception left a `memdoc.watch` block: the program may
 # still catch it, so the record carries no exit code.
