@@ -91,7 +91,11 @@ def ending_of(trace: Trace) -> Ending:
     if event is not None and oom is not None and not survived:
         host = event.data.get("host")
         at_error = host if isinstance(host, dict) else None
-        return Ending(*_oom_words(trace, oom, event.pid, at_error), bad=True, t=event.t)
+        stats = event.data.get("stats")
+        said = _oom_words(
+            trace, oom, event.pid, at_error, stats if isinstance(stats, dict) else None
+        )
+        return Ending(*said, bad=True, t=event.t)
     if end is None:
         if trace.header.mode == "import":
             return Ending("imported", "Imported from another tool's files: no end recorded", False)
@@ -132,14 +136,18 @@ def _distinct_ooms(trace: Trace) -> int:
 
 
 def _oom_words(
-    trace: Trace, oom: OomInfo, pid: int | None, at_error: dict[str, int] | None = None
+    trace: Trace,
+    oom: OomInfo,
+    pid: int | None,
+    at_error: dict[str, int] | None = None,
+    stats: dict[str, object] | None = None,
 ) -> tuple[str, str]:
     from memdoc.rules.host import on_host
 
     rank = _rank_of(trace, pid)
     who = f"Rank {rank} ran" if rank is not None else "Ran"
     if on_host(trace, oom):
-        own = _own_allocator_limit(trace, oom)
+        own = _own_allocator_limit(trace, oom, stats)
         if own is not None:
             # TensorFlow's BFC allocator on the CPU stops at its own limit, below the RAM.
             return "host-oom", f"{who} out of {own}"
@@ -159,12 +167,14 @@ def _under_limit(trace: Trace, pid: int | None, at_error: dict[str, int] | None)
     return f" under its {format_bytes(limits[0].limit_bytes)} {limits[0].name}"
 
 
-def _own_allocator_limit(trace: Trace, oom: OomInfo) -> str | None:
+def _own_allocator_limit(trace: Trace, oom: OomInfo, stats: dict[str, object] | None) -> str | None:
     """ "TensorFlow's 512 MiB CPU allocator limit" when a framework's allocator on the host
     has a limit of its own below the job's, which is then what ran out."""
-    own = oom.bfc_limit_bytes or oom.limit_bytes
+    from memdoc.rules.host import host_allocator_limit
+
+    own = host_allocator_limit(trace, oom, stats)
     job = job_limit(trace)
-    if not own or oom.framework in ("host", "unknown") or (job and own >= job.limit_bytes):
+    if not own or (job and own >= job.limit_bytes):
         return None
     return f"{framework_name(oom.framework)}'s {format_bytes(own)} CPU allocator limit"
 

@@ -101,10 +101,40 @@ def host_limits(
         )
     elif cgroup:
         found.append(Limit(cgroup_limit_label(trace), cgroup, LimitKind.CGROUP))
-    total = _last(trace, Metric.HOST_TOTAL, None)
+    total = machine_memory(trace)
     if total:
         found.append(Limit("host RAM", total, LimitKind.RAM))
     return sorted(found, key=lambda limit: limit.limit_bytes)
+
+
+def host_allocator_limit(
+    trace: Trace, oom: OomInfo, stats: Mapping[str, object] | None = None
+) -> float | None:
+    """The limit of a framework's own allocator on the host (ask only of an error on the
+    host), where the failed request was that allocator's (TensorFlow's CPU BFC allocator,
+    TF_CPU_BFC_MEM_LIMIT_IN_MB): from the
+    error (its allocator dump or message), from what the framework said of its CPU allocator
+    at the error (`stats`, by device, the CPU as -1), else from its recorded configuration."""
+    if oom.framework in ("host", "unknown"):
+        return None
+    own = oom.bfc_limit_bytes or oom.limit_bytes
+    if own:
+        return float(own)
+    if oom.kind != OomKind.ALLOCATOR:
+        return None  # killed, or a plain allocation: no allocator of the framework refused
+    cpu = (stats or {}).get("-1")
+    if isinstance(cpu, Mapping) and isinstance(cpu.get("limit_bytes"), int | float):
+        return float(cpu["limit_bytes"])
+    for event in trace.events(EventKind.ALLOCATOR_CONFIG):
+        limit = event.data.get("cpu_memory_limit_bytes")
+        if event.data.get("framework") == oom.framework and isinstance(limit, int | float):
+            return float(limit)
+    return None
+
+
+def machine_memory(trace: Trace) -> float | None:
+    """The machine's RAM, where the trace recorded it."""
+    return _last(trace, Metric.HOST_TOTAL, None)
 
 
 def job_limit(trace: Trace) -> Limit | None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from memdoc.report.overview import ending_of
 from memdoc.rules.confidence import confidence_word
 from memdoc.rules.engine import check_rule, diagnose, explain_text
 from memdoc.rules.registry import RULES
@@ -1116,3 +1117,18 @@ def test_a_search_that_trained_with_room_to_spare_says_how_much_and_no_margin_wa
     )
     assert "(30.0% to spare)" in found.summary and "leave a margin" not in found.summary
     assert "puts the largest size that fits near 127" in found.summary  # bounded by 128
+
+
+def test_tensorflows_cpu_allocator_limit_is_named_as_the_limit_not_the_ram() -> None:
+    trace = load_trace(
+        RULE_FIXTURES / "memory-fraction-cap" / "hit-tensorflow-cpu-allocator-limit.memdoc"
+    )
+
+    found = diagnose(trace)
+
+    assert found[0].rule == "memory-fraction-cap"
+    assert found[0].summary.startswith(
+        "TensorFlow's CPU allocator stopped at the 512.0 MiB it was configured with (2% of"
+    )
+    assert "TF_CPU_BFC_MEM_LIMIT_IN_MB" in found[0].fixes[0].code
+    assert ending_of(trace).text.startswith("Ran out of TensorFlow's 512.0 MiB CPU allocator limit")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from memdoc.kinds import OomKind
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
@@ -11,9 +13,11 @@ from memdoc.rules.facts import (
     failed_device,
     failure,
     framework_at,
+    framework_name,
     frameworks,
     sum_at,
 )
+from memdoc.rules.host import host_allocator_limit, machine_memory, on_host
 from memdoc.rules.ledger import pool_bytes, room_was_left
 from memdoc.rules.serving import MORE_OF_THE_DEVICE_FIX, kv_cache_finding, kv_cache_short
 from memdoc.rules.spec import (
@@ -37,6 +41,7 @@ class MemoryFractionCap(RuleSpec):
     slug = "memory-fraction-cap"
     code = "MD007"
     title = "A configured memory cap, not the card, is the limit"
+    host_title = "A configured memory cap, not the machine, is the limit"
     what = """
 The allocator refused the request because of a limit set in configuration, while the GPU
 itself still had room: `torch.cuda.set_per_process_memory_fraction`, JAX's
@@ -45,6 +50,9 @@ Apple silicon, PyTorch's MPS backend stops at a high-watermark share of the Mac'
 ("max allowed" in its message), set by `PYTORCH_MPS_HIGH_WATERMARK_RATIO`. vLLM uses only
 `gpu_memory_utilization` of the device (0.9 unless set) and refuses to start when what that
 share leaves after the weights cannot hold the KV cache of one full-length sequence.
+TensorFlow's CPU allocator can be given a limit of its own too (`TF_CPU_ALLOCATOR_USE_BFC`
+with `TF_CPU_BFC_MEM_LIMIT_IN_MB`): it then refuses tensors at that limit while the
+machine's RAM has room.
 """
     why = """
 Caps are set to share a GPU between processes, or copied from an example, and then
@@ -55,6 +63,8 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
 - The PyTorch message contains "X allowed", and reserved plus the request exceeds it.
 - `XLA_PYTHON_CLIENT_MEM_FRACTION` or `memory_limit` appears in the environment or code.
 - The device had more free memory than the request (`nvidia-smi`, or the message's "free").
+- On the CPU, TensorFlow's message names its allocator (`bfc_cpu_allocator_for_gpu`), and
+  `TF_CPU_BFC_MEM_LIMIT_IN_MB` is set far below the machine's memory.
 """
     fixes = (
         Fix(
@@ -116,6 +126,8 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
             return self._mps_watermark(trace, fail)
         if kv_cache_short(fail):
             return self._vllm_share(trace, fail)
+        if on_host(trace, oom):
+            return self._host_allocator_cap(trace, fail)
         limit = _limit(trace, fail, device)
         if limit is None and trace.is_text_only and room_was_left(oom):
             return self._refused_with_room(trace, fail)
@@ -156,6 +168,43 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
                 "device) was reached."
             )
         return self.finding(trace, signals, summary, evidence, frameworks=frameworks(trace, oom))
+
+    def _host_allocator_cap(self, trace: Trace, fail: Failure) -> Finding | None:
+        """A framework's own allocator on the host (TensorFlow's CPU BFC allocator) stopped at
+        the limit it was configured with, far below the machine's memory."""
+        oom = fail.oom
+        limit = host_allocator_limit(trace, oom, fail.stats)
+        ram = machine_memory(trace)
+        if limit is None or ram is None or limit >= CAP_SHARE * ram:
+            return None
+        held = _cpu_allocator_held(fail)
+        requested = oom.requested_bytes
+        if held is not None and requested is not None and held + requested < limit * ROUNDED:
+            return None  # the cap was not what stopped this request
+        available = _last_before(trace, Metric.HOST_AVAILABLE, fail.t)
+        room = available is not None and requested is not None and available >= requested
+        evidence: list[Evidence] = [
+            bytes_evidence("allocator limit", limit),
+            share_evidence("limit / machine memory", limit / ram),
+        ]
+        if held is not None:
+            evidence.append(bytes_evidence("held by the allocator", held))
+        if available is not None:
+            evidence.append(bytes_evidence("available on the host", available))
+        name = framework_name(oom.framework)
+        summary = (
+            f"{name}'s CPU allocator stopped at the {format_bytes(limit)} it was configured "
+            f"with ({limit / ram:.0%} of the machine's {format_bytes(ram)})"
+            + (f", while the host had {format_bytes(available)} available." if room else ".")
+        )
+        return self.finding(
+            trace,
+            Signals(STRONG if room else LIKELY),
+            summary,
+            evidence,
+            frameworks=frameworks(trace, oom),
+            fixes=(TF_CPU_CAP_FIX,) if oom.framework == "tensorflow" else self.fixes,
+        )
 
     def _cap_without_device(self, trace: Trace, fail: Failure, limit: float) -> Finding:
         """PyTorch prints "X allowed" only when a memory fraction is set: a cap there was,
@@ -249,6 +298,17 @@ DRIVER_SPLIT_FIX = Fix(
     "bash",
     gpu_only=True,
 )
+TF_CPU_CAP_FIX = Fix(
+    "tensorflow",
+    "Raise TensorFlow's CPU allocator limit, or give the CPU back its default allocator",
+    snippet(
+        """
+    export TF_CPU_BFC_MEM_LIMIT_IN_MB=16384   # in MiB; what the host can spare
+    # or: unset TF_CPU_ALLOCATOR_USE_BFC       # the default CPU allocator has no limit of its own
+    """
+    ),
+    "bash",
+)
 MPS_WATERMARK_FIX = Fix(
     "pytorch",
     "Raise MPS's upper limit (Apple silicon; 0.0 removes it, and swapping may follow)",
@@ -279,6 +339,21 @@ def _limit(trace: Trace, fail: Failure, device: int | None) -> float | None:
         except ValueError:
             return None
     return None
+
+
+def _cpu_allocator_held(fail: Failure) -> float | None:
+    """What the framework's CPU allocator held at the error: its dump's "in use", or what
+    the framework said of its CPU device (-1) then."""
+    if fail.oom.bfc_in_use_bytes is not None:
+        return float(fail.oom.bfc_in_use_bytes)
+    cpu = fail.stats.get("-1")
+    held = cpu.get("allocated_bytes") if isinstance(cpu, Mapping) else None
+    return float(held) if isinstance(held, int | float) else None
+
+
+def _last_before(trace: Trace, metric: str, t: float) -> float | None:
+    series = trace.series(metric)
+    return series.at(t) if series is not None else None
 
 
 def _held(trace: Trace, fail: Failure, device: int | None) -> float | None:
