@@ -132,6 +132,20 @@ def host_allocator_limit(
     return None
 
 
+def capacity_at_failure(trace: Trace, fail: Failure) -> float | None:
+    """All the memory the failed request could have had: the whole device for a GPU's error;
+    on the host, the allocator's own limit when the error names one, else the tightest of
+    the failing process's limits. None where the trace does not tell."""
+    oom = fail.oom
+    if not on_host(trace, oom):
+        return device_total(trace, oom.device, oom)
+    own = oom.total_bytes or oom.limit_bytes or oom.bfc_limit_bytes
+    if own:
+        return float(own)
+    limits = [] if trace.is_text_only else host_limits(trace, fail.pid, fail.host)
+    return limits[0].limit_bytes if limits else None
+
+
 def machine_memory(trace: Trace) -> float | None:
     """The machine's RAM, where the trace recorded it."""
     return _last(trace, Metric.HOST_TOTAL, None)

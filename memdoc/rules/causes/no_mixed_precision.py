@@ -5,7 +5,7 @@ from __future__ import annotations
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import POSSIBLE, WEAK, Signals
 from memdoc.rules.facts import Failure, failure, frameworks
-from memdoc.rules.host import data_held
+from memdoc.rules.host import capacity_at_failure, data_held
 from memdoc.rules.spec import RuleSpec, bytes_evidence, share_evidence, snippet
 from memdoc.trace.model import EventKind
 from memdoc.trace.reader import Trace
@@ -102,7 +102,7 @@ policy stores them in 16 bits.
             return None
         oom = fail.oom
         width = _WIDE_FLOATS.get((oom.dtype or "").lower())
-        if width is None:
+        if width is None or _half_still_too_large(trace, fail):
             return None
         requested = oom.requested_bytes or 0
         large = requested >= LARGE_REQUEST_BYTES or (
@@ -151,6 +151,14 @@ policy stores them in 16 bits.
                 trace, Signals(POSSIBLE), summary, evidence, frameworks=frameworks(trace)
             )
         return None
+
+
+def _half_still_too_large(trace: Trace, fail: Failure) -> bool:
+    """Half the failed request is still more than all the memory it could have had (a
+    360 GB product under a 3 GiB cap): a narrower dtype could not have saved the run."""
+    requested = fail.oom.requested_bytes
+    capacity = capacity_at_failure(trace, fail)
+    return requested is not None and capacity is not None and requested / 2 > capacity
 
 
 def _model_too_small_to_matter(trace: Trace, fail: Failure) -> bool:
