@@ -497,11 +497,12 @@ def baseline_trend(
 
 def filling_trend(
     trace: Trace, curve: Curve, *, held_share: float, min_steps: int = MIN_TREND_STEPS
-) -> tuple[Trend, float] | None:
+) -> tuple[Trend, float, int] | None:
     """The trend of the steps that filled the memory a run ended with: after warm-up, up to
-    the first step within `held_share` of the last value; and that last value. For memory
-    that grew and was then held until the run ended (a retry at a smaller batch reuses
-    what the failed one freed). None with fewer than `min_steps` such steps."""
+    the first step within `held_share` of the last value; that last value; and the steps
+    the memory was then held for. For memory that grew and was then held until the run
+    ended (a retry at a smaller batch reuses what the failed one freed). None with fewer
+    than `min_steps` such steps."""
     measured = after_warmup(measured_baselines(trace, curve))
     if not measured:
         return None
@@ -512,7 +513,8 @@ def filling_trend(
         return None
     values = [value for _, value in part]
     trend = fit_trend(values, tolerance=_noise(curve, values), positions=[step for step, _ in part])
-    return (trend, last) if trend is not None else None
+    held_for = measured[-1][0] - part[-1][0]
+    return (trend, last, held_for) if trend is not None else None
 
 
 def _noise(curve: Curve, values: list[float]) -> float:

@@ -1132,3 +1132,17 @@ def test_tensorflows_cpu_allocator_limit_is_named_as_the_limit_not_the_ram() -> 
     )
     assert "TF_CPU_BFC_MEM_LIMIT_IN_MB" in found[0].fixes[0].code
     assert ending_of(trace).text.startswith("Ran out of TensorFlow's 512.0 MiB CPU allocator limit")
+
+
+def test_a_leak_that_filled_the_memory_and_then_held_it_says_both() -> None:
+    trace = load_trace(
+        RULE_FIXTURES / "leak-across-steps" / "hit-halving-retry-fills-then-holds.memdoc"
+    )
+
+    leak = check_rule(RULES["leak-across-steps"], trace)
+
+    assert leak is not None
+    assert "grew by 16.0 MiB per step over 18 steps" in leak.summary
+    assert leak.summary.endswith(
+        "It then held that memory, within 5%, for the 17 steps to the end."
+    )

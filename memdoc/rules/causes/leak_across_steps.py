@@ -229,13 +229,13 @@ GPU. In Python the memory is freed only when the last reference goes.
         if fitted is None:
             kept = kept_by_evaluation(trace, fail)
             return self._evaluation_kept(trace, fail, kept) if kept is not None else None
-        trend, last = fitted
+        trend, last, held_for = fitted
         if curve.on_host and curve.pid is None:
             by_rank = _by_rank(trace)
             if by_rank is not None:
                 curve, trend, last, flat = by_rank
                 return self._report(trace, fail, curve, trend, last, flat_ranks=flat)
-        return self._report(trace, fail, curve, trend, last)
+        return self._report(trace, fail, curve, trend, last, held_for=held_for)
 
     def _report(
         self,
@@ -246,6 +246,7 @@ GPU. In Python the memory is freed only when the last reference goes.
         last: float,
         *,
         flat_ranks: Sequence[int] = (),
+        held_for: int = 0,
     ) -> Finding:
         total = curve_capacity(trace, curve, fail.oom if fail else None)
         slope = trend.robust_slope_per_step
@@ -273,6 +274,11 @@ GPU. In Python the memory is freed only when the last reference goes.
             f"{subject} at step boundaries grew by {format_bytes(slope)} per step "
             f"over {span} steps ({format_bytes(trend.robust_growth)} in all)."
         )
+        if held_for:
+            summary += (
+                f" It then held that memory, within {1 - HELD_SHARE:.0%}, for the "
+                f"{held_for} steps to the end."
+            )
         fixes = None
         copies = weight_copies(trace, slope)
         if copies is not None:
@@ -389,7 +395,7 @@ GPU. In Python the memory is freed only when the last reference goes.
         )
 
 
-def _growth(trace: Trace, curve: Curve, fail: Failure | None) -> tuple[Trend, float] | None:
+def _growth(trace: Trace, curve: Curve, fail: Failure | None) -> tuple[Trend, float, int] | None:
     """The curve's trend at step boundaries after warm-up, and its last value, when it grows;
     or, for a run that ran out, the trend of the steps that filled the memory it ran out
     with, when those grew and it was then held to the end."""
@@ -397,7 +403,7 @@ def _growth(trace: Trace, curve: Curve, fail: Failure | None) -> tuple[Trend, fl
     if fitted is None:
         return None
     if _grows(fitted[0], curve):
-        return fitted
+        return (*fitted, 0)
     if fail is None:
         return None
     filling = filling_trend(trace, curve, held_share=HELD_SHARE)
@@ -415,7 +421,7 @@ def _by_rank(trace: Trace) -> tuple[Curve, Trend, float, list[int]] | None:
         if fitted is None:
             flat.append(rank)
         else:
-            grew.append((curve, *fitted))
+            grew.append((curve, *fitted[:2]))
     if not grew or not flat:
         return None
     curve, trend, last = max(grew, key=lambda g: g[1].robust_slope_per_step)
