@@ -15,6 +15,7 @@ from memdoc.trace.model import (
     Metric,
     SeriesKey,
 )
+from memdoc.trace.phases import changes_batch_size
 from memdoc.trace.reader import Trace
 
 _PREFIX_TO_FRAMEWORK = {prefix: fw for fw, prefix in FRAMEWORK_PREFIXES.items()}
@@ -172,6 +173,17 @@ def trace_step_series(trace: Trace, *, until_s: float | None = None) -> list[Ste
         for t, number in zip(every.times(), every.values("step"), strict=True)
         if until_s is None or t <= until_s
     ]
+    # A batch-size finder's sizes are a regime each: the trend starts after the last one.
+    since = max(
+        (
+            m.t
+            for m in trace.marks()
+            if changes_batch_size(m) and (until_s is None or m.t <= until_s)
+        ),
+        default=None,
+    )
+    if since is not None:
+        kept = [(t, number) for t, number in kept if t > since]
     steps = [_step_number(number, i) for i, (_, number) in enumerate(kept)]
     step_times = [t for t, _ in kept]
     out: list[StepSeries] = []

@@ -29,6 +29,7 @@ from memdoc.trace.model import (
     ProcessInfo,
     SeriesKey,
 )
+from memdoc.trace.phases import changes_batch_size
 
 # Bounded memory and work: recent samples per measured series, recent steps per series.
 MAX_SAMPLES = 4096
@@ -91,6 +92,8 @@ class ForecastingSink:
             if event.kind == EventKind.MARK:
                 with self._lock:
                     self._planned_end = planned_end(event, self._last_step) or self._planned_end
+                    if changes_batch_size(event):  # another size: the trend starts again
+                        self._points.clear()
             else:
                 self._on_step(event)
         except Exception:

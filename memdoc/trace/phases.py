@@ -135,6 +135,12 @@ class BatchSearch:
         return tuple(t for t, _ in self.try_marks)
 
 
+def changes_batch_size(mark: Event) -> bool:
+    """A batch-size finder's try at a size, or its answer: the steps after it run at
+    another size than those before it, so memory that rose across the two is no trend."""
+    return isinstance(mark.data.get("batch_size"), int) and bool(mark.data.get("finder"))
+
+
 def batch_search(trace: Trace) -> BatchSearch | None:
     """The finder's search, when a finder reported its tries (`batch size N` marks). A try
     ran out when a memory error came before the next try (or the finder's answer); the

@@ -178,3 +178,30 @@ def test_the_ram_forecast_follows_the_memory_the_program_owns_not_its_file_pages
 
     assert [e.data["metric"] for e in run(with_own=False)][:1] == [Metric.HOST_RSS]
     assert run(with_own=True) == []
+
+
+def test_a_batch_size_search_is_no_trend_the_forecast_starts_after_it(tmp_path: Path) -> None:
+    """A finder tries six sizes of 5 steps each, each holding 60 MiB more than the last, and
+    the fit then trains flat at the size it chose: nothing grows within a size."""
+    path = tmp_path / "run.memdoc"
+    writer = TraceWriter(
+        path, Header(version=SCHEMA_VERSION, created_unix=START, memdoc_version="t")
+    )
+    ticks = itertools.count(0, 2.0)
+    sink = ForecastingSink(writer, start_unix=START, clock=lambda: float(next(ticks)))
+    sizes = [32, 64, 128, 256, 512, 1024]
+    peaks = [300 * MiB + 60 * MiB * k for k in range(len(sizes)) for _ in range(5)]
+    peaks += [300 * MiB + 60 * MiB * (len(sizes) - 1)] * 30
+    for step, peak in enumerate(peaks, 1):
+        t = START + step
+        if step % 5 == 1 and step <= 5 * len(sizes):
+            size = sizes[step // 5]
+            data = {"label": f"batch size {size}", "batch_size": size, "finder": "lightning"}
+            sink.event(Event(t=t - 0.9, kind=EventKind.MARK, pid=PID, data=data))
+        sink.samples(t - 0.5, {VMS: peak - 2 * MiB, CAP: 1000 * MiB})
+        sink.samples(t - 0.3, {VMS: peak})
+        sink.event(Event(t=t, kind=EventKind.STEP, pid=PID, data={"step": step}))
+    writer.close()
+
+    assert forecast_events(path) == []
+    assert not isinstance(assess(load_trace(path), until_s=35.0), Forecast)
