@@ -343,7 +343,7 @@ class Trace:
         self, steps: EventView, metric: str, device: int | None, pid: int | None
     ) -> list[float | None]:
         """Each step's baseline of a host metric read at the boundary itself, where the step
-        events carry their process's own reading (memdoc 0.12+); empty where they do not.
+        events carry their process's own reading; empty where they do not (older traces).
 
         For that process's own series the reading is the baseline. For the process tree's,
         it is the tree at its last sample with the stepping process's part of it brought
@@ -361,12 +361,12 @@ class Trace:
         if pid is not None:
             return [float(r) if isinstance(r, int | float) else None for r in readings]
         tree, own = self.series(metric), self.series(metric, None, stepping)
-        if tree is None or own is None:
+        if tree is None or own is None or not own.times:
             return []
         out: list[float | None] = []
         for t, reading in zip(steps.times(), readings, strict=True):
             # The others at the last sample, or at the first for a step before any sample.
-            when = t + 1e-9 if own.times and own.times[0] <= t + 1e-9 else own.times[0]
+            when = max(t + 1e-9, own.times[0])
             at_tree, at_own = tree.at(when), own.at(when)
             if not isinstance(reading, int | float) or at_tree is None or at_own is None:
                 out.append(None)
