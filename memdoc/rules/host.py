@@ -107,14 +107,22 @@ def host_limits(
     return sorted(found, key=lambda limit: limit.limit_bytes)
 
 
+def cpu_allocator_said(stats: Mapping[str, object] | None, name: str) -> float | None:
+    """A figure the framework gave of its CPU allocator at the error (`limit_bytes`,
+    `allocated_bytes`): an OOM event's `stats` are by device, the CPU as -1."""
+    cpu = (stats or {}).get("-1")
+    value = cpu.get(name) if isinstance(cpu, Mapping) else None
+    return float(value) if isinstance(value, int | float) else None
+
+
 def host_allocator_limit(
     trace: Trace, oom: OomInfo, stats: Mapping[str, object] | None = None
 ) -> float | None:
     """The limit of a framework's own allocator on the host (ask only of an error on the
     host), where the failed request was that allocator's (TensorFlow's CPU BFC allocator,
-    TF_CPU_BFC_MEM_LIMIT_IN_MB): from the
-    error (its allocator dump or message), from what the framework said of its CPU allocator
-    at the error (`stats`, by device, the CPU as -1), else from its recorded configuration."""
+    TF_CPU_BFC_MEM_LIMIT_IN_MB): from the error (its allocator dump or message), from what
+    the framework said of its CPU allocator at the error, else from its recorded
+    configuration."""
     if oom.framework in ("host", "unknown"):
         return None
     own = oom.bfc_limit_bytes or oom.limit_bytes
@@ -122,9 +130,9 @@ def host_allocator_limit(
         return float(own)
     if oom.kind != OomKind.ALLOCATOR:
         return None  # killed, or a plain allocation: no allocator of the framework refused
-    cpu = (stats or {}).get("-1")
-    if isinstance(cpu, Mapping) and isinstance(cpu.get("limit_bytes"), int | float):
-        return float(cpu["limit_bytes"])
+    said = cpu_allocator_said(stats, "limit_bytes")
+    if said is not None:
+        return said
     for event in trace.events(EventKind.ALLOCATOR_CONFIG):
         limit = event.data.get("cpu_memory_limit_bytes")
         if event.data.get("framework") == oom.framework and isinstance(limit, int | float):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from memdoc.kinds import OomKind
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
@@ -17,7 +15,12 @@ from memdoc.rules.facts import (
     frameworks,
     sum_at,
 )
-from memdoc.rules.host import host_allocator_limit, machine_memory, on_host
+from memdoc.rules.host import (
+    cpu_allocator_said,
+    host_allocator_limit,
+    machine_memory,
+    on_host,
+)
 from memdoc.rules.ledger import pool_bytes, room_was_left
 from memdoc.rules.serving import MORE_OF_THE_DEVICE_FIX, kv_cache_finding, kv_cache_short
 from memdoc.rules.spec import (
@@ -181,7 +184,7 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
         requested = oom.requested_bytes
         if held is not None and requested is not None and held + requested < limit * ROUNDED:
             return None  # the cap was not what stopped this request
-        available = _last_before(trace, Metric.HOST_AVAILABLE, fail.t)
+        available = sum_at(trace, Metric.HOST_AVAILABLE, None, fail.t)
         room = available is not None and requested is not None and available >= requested
         evidence: list[Evidence] = [
             bytes_evidence("allocator limit", limit),
@@ -343,17 +346,10 @@ def _limit(trace: Trace, fail: Failure, device: int | None) -> float | None:
 
 def _cpu_allocator_held(fail: Failure) -> float | None:
     """What the framework's CPU allocator held at the error: its dump's "in use", or what
-    the framework said of its CPU device (-1) then."""
+    the framework said of it then."""
     if fail.oom.bfc_in_use_bytes is not None:
         return float(fail.oom.bfc_in_use_bytes)
-    cpu = fail.stats.get("-1")
-    held = cpu.get("allocated_bytes") if isinstance(cpu, Mapping) else None
-    return float(held) if isinstance(held, int | float) else None
-
-
-def _last_before(trace: Trace, metric: str, t: float) -> float | None:
-    series = trace.series(metric)
-    return series.at(t) if series is not None else None
+    return cpu_allocator_said(fail.stats, "allocated_bytes")
 
 
 def _held(trace: Trace, fail: Failure, device: int | None) -> float | None:
