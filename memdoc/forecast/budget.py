@@ -156,7 +156,7 @@ def trace_planned_end(
 ) -> int | None:
     """The planned end of the last loop that said it, up to `until_s`."""
     end = None
-    for mark in trace.events(EventKind.MARK):
+    for mark in trace.marks():
         if until_s is not None and mark.t > until_s:
             break
         before = bisect.bisect_right(step_times, mark.t)
@@ -173,6 +173,9 @@ def trace_step_series(trace: Trace, *, until_s: float | None = None) -> list[Ste
         for t, number in zip(every.times(), every.values("step"), strict=True)
         if until_s is None or t <= until_s
     ]
+    steps = [_step_number(number, i) for i, (_, number) in enumerate(kept)]
+    step_times = [t for t, _ in kept]
+    end = trace_planned_end(trace, steps, step_times, until_s)
     # A batch-size finder's sizes are a regime each: the trend starts after the last one.
     since = max(
         (
@@ -183,13 +186,11 @@ def trace_step_series(trace: Trace, *, until_s: float | None = None) -> list[Ste
         default=None,
     )
     if since is not None:
-        kept = [(t, number) for t, number in kept if t > since]
-    steps = [_step_number(number, i) for i, (_, number) in enumerate(kept)]
-    step_times = [t for t, _ in kept]
+        first = bisect.bisect_right(step_times, since)
+        steps, step_times = steps[first:], step_times[first:]
     out: list[StepSeries] = []
-    if not kept:
+    if not steps:
         return out
-    end = trace_planned_end(trace, steps, step_times, until_s)
     keys = trace.series_keys()
     peaks_of: dict[SeriesKey, list[SeriesKey]] = {}
     for key in keys:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from memdoc.forecast import Forecast, NoForecast, assess
+from memdoc.forecast.budget import trace_step_series
 from memdoc.forecast.live import ForecastingSink
 from memdoc.forecast.model import ENDS_FIRST
 from memdoc.forecast.summary import forecast_in_force
@@ -198,6 +199,8 @@ def test_a_batch_size_search_is_no_trend_the_forecast_starts_after_it(tmp_path: 
             size = sizes[step // 5]
             data = {"label": f"batch size {size}", "batch_size": size, "finder": "lightning"}
             sink.event(Event(t=t - 0.9, kind=EventKind.MARK, pid=PID, data=data))
+            trial = {"label": "train", "phase": "train", "planned_steps": 5}  # each try's fit
+            sink.event(Event(t=t - 0.8, kind=EventKind.MARK, pid=PID, data=trial))
         sink.samples(t - 0.5, {VMS: peak - 2 * MiB, CAP: 1000 * MiB})
         sink.samples(t - 0.3, {VMS: peak})
         sink.event(Event(t=t, kind=EventKind.STEP, pid=PID, data={"step": step}))
@@ -205,3 +208,7 @@ def test_a_batch_size_search_is_no_trend_the_forecast_starts_after_it(tmp_path: 
 
     assert forecast_events(path) == []
     assert not isinstance(assess(load_trace(path), until_s=35.0), Forecast)
+    # The last try's plan counts from the step before its mark (25), not from the first
+    # step after the last size change.
+    (series,) = trace_step_series(load_trace(path))
+    assert series.planned_end_step == 30
