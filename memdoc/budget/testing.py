@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memdoc.budget.compare import Limit, parse_limit
+from memdoc.budget.figures import GROWTH_PER_STEP, PEAK_HELD
 from memdoc.rules.facts import (
     Curve,
     after_warmup,
@@ -32,10 +33,9 @@ from memdoc.trace.model import FRAMEWORK_PREFIXES, Metric
 from memdoc.trace.reader import Series, Trace, peak_metric
 from memdoc.units import MiB, format_bytes, parse_size
 
-# The marker's arguments, in the order a positional argument fills them.
+# The marker's arguments, in the order a positional argument fills them (`peak_held` and
+# `growth_per_step` are the figures of those names).
 PEAK = "peak"
-PEAK_HELD = "peak_held"
-GROWTH_PER_STEP = "growth_per_step"
 WARMUP = "warmup"
 TOLERANCE = "tolerance"
 ARGUMENTS = (PEAK, PEAK_HELD, GROWTH_PER_STEP, WARMUP, TOLERANCE)
