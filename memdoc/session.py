@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import Any
 
 from memdoc.collectors.base import Collector, CollectorFailed, Sink, Values
-from memdoc.collectors.own import step_memory
+from memdoc.collectors.own import step_memory, trim_heap
 from memdoc.kinds import OomKind
 from memdoc.trace.model import (
     SCHEMA_VERSION,
@@ -86,6 +86,10 @@ class Session:
         self._explicit_steps = False  # the program marks its own steps: they alone count
         self._last_tick_mono = float("-inf")
         self._step_callbacks: list[Any] = []
+        # Return the C heap's freed pages before each step's reading, so that the memory a
+        # step boundary records is what the program holds, not what its allocator kept
+        # (the pytest plugin's growth budgets; 1.5 ms a step).
+        self.trim_heap_at_steps = False
         # Memory errors already recorded, for exceptions that take no attribute (see
         # `_first_sighting`): their ids and text.
         self._recorded_ooms: list[tuple[int, str]] = []
@@ -213,6 +217,8 @@ class Session:
             number = self._step
         # The process's own memory at the boundary itself, read in 3 µs: the step's baseline
         # on the host, exact however long the step and whenever the host was last sampled.
+        if self.trim_heap_at_steps:
+            trim_heap()
         self.emit(EventKind.STEP, {"step": number, "source": source, **data, **step_memory()})
         # Steps faster than the sampling interval cannot be told apart anyway; sampling
         # after each of them would make a 3 ms step pay for a sample every time.

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
+import functools
 import os
+import sys
+from collections.abc import Callable
 
 from memdoc.kinds import StepReading
 
@@ -76,3 +81,29 @@ def step_memory() -> dict[str, int]:
         StepReading.RSS: resident,
         StepReading.ANON: max(resident - shared, 0),
     }
+
+
+def trim_heap() -> bool:
+    """Hand the C heap's freed pages back to the system (glibc's `malloc_trim(0)`): what
+    the program holds stays as it was, and the memory it owns is then what it holds, not
+    what its allocator kept after freeing. About 1.5 ms in a process running JAX or
+    TensorFlow. False where there is no glibc."""
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim

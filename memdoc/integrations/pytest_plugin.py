@@ -106,7 +106,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
         bad = str(exc)
     if bad is not None:  # raised outside the handler: one line, with no chained error
         pytest.fail(bad, pytrace=False)
-    recording = _Recording.start(item, state)
+    recording = _Recording.start(item, state, limits)
     try:
         result = yield
     except BaseException as exc:
@@ -135,7 +135,7 @@ class _Recording:
         self.trace: Any = None
 
     @classmethod
-    def start(cls, item: pytest.Item, state: _State) -> _Recording | None:
+    def start(cls, item: pytest.Item, state: _State, limits: Limits) -> _Recording | None:
         """A watch on the test, or None (with a warning) where memdoc cannot record it."""
         try:
             from memdoc.api import watch
@@ -152,6 +152,11 @@ class _Recording:
         if session is None:  # the trace could not be opened: memdoc said why on stderr
             _warn(item, f"memdoc cannot record {item.nodeid} to {path}; the test ran unmeasured")
             return None
+        # Growth is judged from the memory the process owns at each step boundary: with the
+        # heap's freed pages returned first, that is what the test holds, not what the C
+        # allocator kept of its temporaries (up to 19 MiB over 27 steps of a JAX loop that
+        # keeps nothing; see HOST_GROWTH_NOISE_BYTES).
+        session.trim_heap_at_steps = limits.growth_per_step is not None
         # The first sample now, not an interval later: what the process held when the test
         # began is what the test's peak is measured over.
         with contextlib.suppress(Exception):

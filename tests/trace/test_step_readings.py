@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from memdoc.collectors.own import step_memory
+from memdoc.collectors.own import step_memory, trim_heap
 from memdoc.rules.facts import host_curve, measured_baselines
 from memdoc.trace import Event, EventKind, Header, Metric, SeriesKey, TraceWriter, load_trace
 from memdoc.trace.model import SCHEMA_VERSION, STEP_HOST_READINGS
@@ -133,3 +133,51 @@ def test_a_fast_leak_under_memdoc_run_is_measured_step_by_step(tmp_path: Path) -
     assert len(measured) == 60
     rises = sorted(b - a for (_, a), (_, b) in zip(measured, measured[1:], strict=False))
     assert abs(rises[len(rises) // 2] - MiB) < 0.1 * MiB  # the median step keeps 1 MiB
+
+
+class _Events:
+    """A sink that keeps the step events, and drops everything else."""
+
+    def __init__(self) -> None:
+        self.steps: list[Event] = []
+
+    def event(self, event: Event) -> None:
+        if event.kind == EventKind.STEP:
+            self.steps.append(event)
+
+    def samples(self, *args: object) -> None: ...
+
+    def device(self, *args: object) -> None: ...
+
+    def process(self, *args: object) -> None: ...
+
+    def collector(self, *args: object) -> None: ...
+
+
+def _free_behind_a_kept_block() -> bytearray:
+    """Free 64 MiB of blocks the C heap keeps, resident, behind the last one, kept."""
+    blocks = [bytearray(64 << 10) for _ in range(1024)]  # 64 KiB each: from the heap
+    kept = blocks.pop()
+    del blocks
+    return kept
+
+
+@pytest.mark.skipif(trim_heap() is False, reason="glibc's malloc_trim")
+def test_a_step_reads_what_the_program_holds_when_asked_to_return_the_freed_heap_first() -> None:
+    from memdoc.session import Session
+
+    sink = _Events()
+    session = Session(sink)  # type: ignore[arg-type]
+    kept = _free_behind_a_kept_block()
+    session.step()
+    session.trim_heap_at_steps = True
+    session.step()
+    kept_too = _free_behind_a_kept_block()
+    session.step()
+
+    as_kept, returned, returned_again = (e.data[ANON] for e in sink.steps)
+    # The heap's freed 64 MiB count until returned; once returned, freeing as much again
+    # and reading at the next step does not show it.
+    assert as_kept - returned > 48 * MiB
+    assert abs(returned_again - returned) < 8 * MiB
+    del kept, kept_too
