@@ -17,6 +17,7 @@ from memdoc.rules.trend import Trend, fit_trend
 from memdoc.trace.model import (
     FRAMEWORK_NAMES,
     FRAMEWORK_PREFIXES,
+    KERAS,
     UNWATCHED_FRAMEWORK_NAMES,
     Event,
     EventKind,
@@ -459,6 +460,8 @@ def _key(series: Series) -> tuple[str, int | None, int | None]:
 
 
 def framework_name(framework: str) -> str:
+    if framework == KERAS:
+        return "Keras"
     return FRAMEWORK_NAMES.get(framework) or UNWATCHED_FRAMEWORK_NAMES.get(framework, framework)
 
 

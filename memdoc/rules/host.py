@@ -154,6 +154,31 @@ def capacity_at_failure(trace: Trace, fail: Failure) -> float | None:
     return limits[0].limit_bytes if limits else None
 
 
+def shortfall_at_failure(trace: Trace, fail: Failure) -> float | None:
+    """How much more the failed request needed than was left under the limit that applied:
+    what freeing memory beforehand must have freed for the request to fit. Read where the
+    error or the trace tells what was left: a GPU's free bytes (and its pool's unused
+    reserve), a CPU allocator's own limit and use, the address space under an address-space
+    cap at the error. None elsewhere."""
+    oom = fail.oom
+    requested = oom.requested_bytes
+    if not requested:
+        return None
+    if not on_host(trace, oom):
+        if oom.free_bytes is None:
+            return None
+        return requested - oom.free_bytes - (oom.reserved_unallocated_bytes or 0)
+    if oom.bfc_limit_bytes and oom.bfc_in_use_bytes is not None:
+        return requested - (oom.bfc_limit_bytes - oom.bfc_in_use_bytes)
+    if trace.is_text_only:
+        return None
+    limits = host_limits(trace, fail.pid, fail.host)
+    used = address_space_at_failure(trace, fail)
+    if not limits or limits[0].kind != LimitKind.RLIMIT_AS or used is None:
+        return None
+    return requested - max(limits[0].limit_bytes - used, 0.0)
+
+
 def machine_memory(trace: Trace) -> float | None:
     """The machine's RAM, where the trace recorded it."""
     return _last(trace, Metric.HOST_TOTAL, None)

@@ -12,11 +12,13 @@ from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import Signals
 from memdoc.rules.host import gpu_recorded, on_host
 from memdoc.trace.model import FRAMEWORK_NAMES as PEOPLE_NAMES
-from memdoc.trace.model import UNWATCHED_FRAMEWORK_NAMES, OomInfo
+from memdoc.trace.model import KERAS, UNWATCHED_FRAMEWORK_NAMES, OomInfo
 from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes, format_duration, format_percent
 
-FRAMEWORK_NAMES = {**PEOPLE_NAMES, "any": "Any"}
+# Fixes are written for a framework, for Keras (its own API, on whichever of the three it
+# runs), or for any framework.
+FRAMEWORK_NAMES = {**PEOPLE_NAMES, KERAS: "Keras", "any": "Any"}
 # The word of a confidence, still importable from here; it is defined with the scale.
 confidence_word = confidence.confidence_word
 

@@ -94,6 +94,8 @@ class Metric:
 FRAMEWORK_PREFIXES: dict[str, str] = {"pytorch": "torch", "tensorflow": "tf", "jax": "jax"}
 # Framework name -> how people write it.
 FRAMEWORK_NAMES: dict[str, str] = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "jax": "JAX"}
+# Keras runs on any of the three: a fix in its API is named for it, not for its backend.
+KERAS = "keras"
 # Frameworks an error text can name that memdoc does not watch (OomInfo.framework values).
 UNWATCHED_FRAMEWORK_NAMES: dict[str, str] = {
     "torch7": "Torch7",

@@ -9,7 +9,7 @@ import pytest
 
 from memdoc.rules.base import Fix, Rule, RunRule
 from memdoc.rules.registry import RULES, RUN_RULES, all_rules, closest_slug, get_rule
-from memdoc.rules.spec import fixes_for
+from memdoc.rules.spec import FRAMEWORK_NAMES, fixes_for
 
 # Codes are part of the interface (people grep and silence them): they never move.
 STABLE_CODES = {
@@ -62,7 +62,7 @@ def test_python_fixes_are_valid_code_and_shell_fixes_are_commands(rule: Rule | R
     fixes: tuple[Fix, ...] = rule.fixes  # type: ignore[union-attr]  # every catalogue rule has them
     assert fixes
     for fix in fixes:
-        assert fix.framework in ("pytorch", "tensorflow", "jax", "any")
+        assert fix.framework in FRAMEWORK_NAMES  # a framework, Keras or "any"
         assert fix.language in ("python", "bash")
         if fix.language == "python":
             ast.parse(fix.code)  # raises on code a user could not paste

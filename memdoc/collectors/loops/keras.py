@@ -9,6 +9,7 @@ asynchronous callback dispatch, `steps_per_execution`) are untouched. With
 
 from __future__ import annotations
 
+import weakref
 from types import ModuleType
 from typing import Any
 
@@ -44,9 +45,13 @@ def _begin(phase: str, grad: bool | None) -> Any:
         planned = planned_steps(callbacks) if phase == hub.TRAIN else None
         hub.enter(phase, SOURCE, grad_enabled=grad, planned_steps=planned)
         if phase == hub.TRAIN:
-            weights = weight_bytes(getattr(callbacks, "model", None))
+            model = getattr(callbacks, "model", None)
+            weights = weight_bytes(model)
             if weights is not None:
                 hub.model_state(weights)
+            _awaiting.clear()
+            if weights is not None and "optimizer_state_bytes" not in weights:
+                _awaiting.append(weakref.ref(model))
 
     return hub.after(report)
 
@@ -82,11 +87,36 @@ _DTYPE_BYTES = {
 
 
 def weight_bytes(model: Any) -> dict[str, Any] | None:
-    """The model's weights by dtype, from their shapes (no value is read): the `model_state`
-    of a Keras fit, on whatever backend. None for a model not built yet."""
+    """The model's weights by dtype, and the optimizer's variables where it has built them,
+    from their shapes (no value is read): the `model_state` of a Keras fit, on whatever
+    backend. None for a model not built yet."""
     variables = getattr(model, "weights", None)
     if not variables:
         return None
+    by_dtype = _bytes_by_dtype(variables)
+    data: dict[str, Any] = {
+        "framework": _backend_framework(),
+        "param_bytes": sum(by_dtype.values()),
+        "dtype_bytes": by_dtype,
+        "phase": "fit",
+        "source": SOURCE,
+    }
+    state = optimizer_state_bytes(getattr(model, "optimizer", None))
+    if state:
+        data["optimizer_state_bytes"] = state
+    return data
+
+
+def optimizer_state_bytes(optimizer: Any) -> int:
+    """What an optimizer keeps beside the weights (Adam's two moments, a momentum): the bytes
+    of its variables once built. `fit` builds them before its first step, so they already
+    take their room when that step runs; 0 before."""
+    if optimizer is None or not getattr(optimizer, "built", False):
+        return 0
+    return sum(_bytes_by_dtype(getattr(optimizer, "variables", None) or ()).values())
+
+
+def _bytes_by_dtype(variables: Any) -> dict[str, int]:
     by_dtype: dict[str, int] = {}
     for variable in variables:
         dtype = str(getattr(variable, "dtype", "float32"))
@@ -94,13 +124,7 @@ def weight_bytes(model: Any) -> dict[str, Any] | None:
         for size in tuple(getattr(variable, "shape", ())):
             count *= int(size or 0)
         by_dtype[dtype] = by_dtype.get(dtype, 0) + count * _DTYPE_BYTES.get(dtype, 4)
-    return {
-        "framework": _backend_framework(),
-        "param_bytes": sum(by_dtype.values()),
-        "dtype_bytes": by_dtype,
-        "phase": "fit",
-        "source": SOURCE,
-    }
+    return by_dtype
 
 
 def _backend_framework() -> str:
@@ -117,7 +141,18 @@ def _end(phase: str) -> Any:
     return hub.after(report)
 
 
+# The model of a fit whose optimizer was not built when training began (on TensorFlow it
+# builds inside the first step): its state is recorded at the first step's end instead.
+_awaiting: list[weakref.ref[Any]] = []
+
+
 def _batch_end(callbacks: Any, batch: Any = None, *args: Any, **kwargs: Any) -> None:
+    if _awaiting:
+        model = _awaiting.pop()()
+        weights = weight_bytes(model)
+        if weights is not None and "optimizer_state_bytes" in weights:
+            weights["phase"] = "first_step"
+            hub.model_state(weights)
     if isinstance(batch, int):
         hub.step(SOURCE, batch=batch)
     else:

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from memdoc.oom.frames import in_file
 from memdoc.oom.names import has_words
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals
-from memdoc.rules.facts import Failure, failure, frameworks, innermost_frames, said, step_curve
+from memdoc.rules.facts import (
+    Failure,
+    failure,
+    frameworks,
+    innermost_frames,
+    said,
+    step_curve,
+    step_phase,
+)
+from memdoc.rules.host import shortfall_at_failure
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
@@ -14,7 +25,7 @@ from memdoc.rules.spec import (
     share_evidence,
     snippet,
 )
-from memdoc.trace.model import EventKind
+from memdoc.trace.model import KERAS, EventKind
 from memdoc.trace.phases import batch_search
 from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes
@@ -99,6 +110,29 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
             ),
         ),
         Fix(
+            KERAS,
+            "Use an optimizer with factored state",
+            snippet(
+                """
+            import keras
+
+            # a row and a column of second moments per matrix, not two copies of it
+            model.compile(optimizer=keras.optimizers.Adafactor(learning_rate=1e-3), loss=loss)
+            """
+            ),
+        ),
+        Fix(
+            KERAS,
+            "Use an optimizer without per-weight state",
+            snippet(
+                """
+            import keras
+
+            model.compile(optimizer=keras.optimizers.SGD(learning_rate=1e-2), loss=loss)
+            """
+            ),
+        ),
+        Fix(
             "jax",
             "Use a factored optimizer with smaller state",
             snippet(
@@ -158,10 +192,11 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
         )
 
     def _recorded(self, trace: Trace, fail: Failure | None) -> Finding | None:
-        params, state, device = _model_state(trace)
-        if not params:
+        recorded = _model_state(trace)
+        if not recorded.params:
             return None
-        jump = state or _first_step_jump(trace)
+        params, device = recorded.params, recorded.device
+        jump = recorded.state or _first_step_jump(trace)
         if not jump:
             return None
         ratio = jump / params
@@ -180,6 +215,8 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
         ]
         if total:
             evidence.append(share_evidence("optimizer state / device", jump / total))
+        if failed_first and fail is not None and recorded.made_before(fail.t):
+            return self._made_before_the_step(trace, fail, recorded, ratio, adam_like)
         if failed_first:
             signals = Signals(STRONG if adam_like else LIKELY)
             summary = (
@@ -195,6 +232,43 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
             return None
         return self.finding(trace, signals, summary, evidence, frameworks=frameworks(trace))
 
+    def _made_before_the_step(
+        self, trace: Trace, fail: Failure, recorded: _Recorded, ratio: float, adam_like: bool
+    ) -> Finding | None:
+        """The loop made the optimizer's state before its first step (Keras `fit` builds it
+        then), and that step ran out: the state is the cause when, without it, the failed
+        request would have fit."""
+        state = recorded.state
+        short = shortfall_at_failure(trace, fail)
+        if short is not None and state < short:
+            return None  # freeing all of it would not have made room: not the cause
+        where = step_phase(fail)
+        requested = fail.oom.requested_bytes
+        summary = (
+            f"The optimizer's state, {format_bytes(state)} ({ratio:.1f}x the parameters), "
+            "was made before the first step, and that step ran out"
+            + (f" in its {where} pass" if where else "")
+            + (f" asking for {format_bytes(requested)}" if requested else "")
+            + "."
+        )
+        evidence = [
+            bytes_evidence("optimizer state made before the first step", state),
+            ratio_evidence("optimizer state / parameters", ratio),
+        ]
+        if short is not None:
+            summary += (
+                f" It was {format_bytes(max(short, 0.0))} short: without the state the "
+                "request would have fit."
+            )
+            evidence.append(bytes_evidence("short of the request", max(short, 0.0)))
+        signals = Signals.of(
+            STRONG if adam_like and short is not None else LIKELY,
+            room_without_the_state=short is not None,
+        )
+        # A Keras loop's optimizer is changed in Keras's own API, whatever its backend.
+        named = [KERAS] if recorded.source == KERAS else frameworks(trace)
+        return self.finding(trace, signals, summary, evidence, frameworks=named)
+
 
 def _in_closure(fail: Failure) -> bool:
     """True when the error came from a closure the optimizer's step called, not the optimizer."""
@@ -208,16 +282,37 @@ def _in_closure(fail: Failure) -> bool:
     )
 
 
-def _model_state(trace: Trace) -> tuple[float, float, int | None]:
-    """(parameter bytes, optimizer-state bytes, device) from the latest model_state event."""
+@dataclass(frozen=True)
+class _Recorded:
+    params: float = 0.0
+    state: float = 0.0
+    device: int | None = None
+    # When a loop recorded the optimizer's state as built before its first step (Keras
+    # `fit` builds it at its start), and which loop; a PyTorch optimizer's state is recorded
+    # after the first step that made it.
+    built_t: float | None = None
+    source: str | None = None
+
+    def made_before(self, t: float) -> bool:
+        return self.built_t is not None and self.built_t <= t
+
+
+def _model_state(trace: Trace) -> _Recorded:
+    """Parameter and optimizer-state bytes and the device, from the latest model_state
+    event; when a loop first recorded the state as built before its first step."""
     params = state = 0.0
     device: int | None = None
+    built_t: float | None = None
+    source: str | None = None
     for event in trace.events(EventKind.MODEL_STATE):
         params = float(event.data.get("param_bytes") or params)
         state = float(event.data.get("optimizer_state_bytes") or state)
+        built = event.data.get("optimizer_state_bytes") and event.data.get("phase") == "fit"
+        if built and built_t is None:
+            built_t, source = event.t, event.data.get("source")
         if isinstance(event.data.get("device"), int):
             device = event.data["device"]
-    return params, state, device
+    return _Recorded(params, state, device, built_t, source)
 
 
 def _first_step_jump(trace: Trace) -> float | None:
