@@ -31,3 +31,12 @@ class StepReading:
 
     RSS = "host_rss_bytes"  # resident bytes
     ANON = "host_anon_bytes"  # resident less file and shared pages (the kernel's RssAnon)
+
+
+class GraphsKept:
+    """The keys of an `autograd` event's data: the first backward pass that kept its graph
+    (retain_graph=True), named by the program's line that called it; the first later one
+    that freed a graph."""
+
+    RETAINED = "retained_at"
+    FREED = "freed_after_retaining"

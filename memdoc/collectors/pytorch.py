@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memdoc.collectors.allocator_conf import parse_bool, torch_alloc_conf
+from memdoc.collectors.autograd import watch as backward_watch
 from memdoc.collectors.base import SessionHandle, Values
 from memdoc.collectors.frameworks import ArtifactDir
 from memdoc.collectors.torch_cuda import (
@@ -106,6 +107,7 @@ class TorchCollector:
         self._pid = self._owner_pid = os.getpid()
         self._session: SessionHandle | None = None
         self._hook: Any = None
+        self._backward = False  # watching backward passes for retain_graph
         self._primary: weakref.ref[Any] | None = None
         self._rival: weakref.ref[Any] | None = None
         self._cuda_ready = False
@@ -126,6 +128,7 @@ class TorchCollector:
     def start(self, session: SessionHandle) -> None:
         self._session = session
         self._hook = self._register_step_hook()
+        self._backward = backward_watch.attach(self._torch, session)
         if self._hook is None:
             note = "no automatic steps: this PyTorch has no global optimizer step hook (2.0+)"
             session.emit(EventKind.NOTE, {"text": note})
@@ -164,6 +167,9 @@ class TorchCollector:
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
+        if self._backward and self._session is not None:
+            backward_watch.detach(self._session)
+            self._backward = False
         _relay.detach(self)
         self._emit_unclaimed_ooms(None)
         if self._recording:

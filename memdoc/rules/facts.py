@@ -9,7 +9,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from memdoc.kinds import OomKind
+from memdoc.kinds import GraphsKept, OomKind
 from memdoc.oom.frames import file_name, frame_matches, frame_parts
 from memdoc.oom.growthcues import GrowthCues, growth_cues
 from memdoc.oom.textcues import MessageCues, TextCues, message_cues, text_cues
@@ -476,8 +476,41 @@ def device_name(device: int | None) -> str:
     return "the host" if device < 0 else f"GPU {device}"
 
 
+@dataclass(frozen=True)
+class KeptGraphs:
+    """What the recorded backward passes did with their graphs (`autograd` events)."""
+
+    site: str  # the program's line whose backward first kept its graph (retain_graph=True)
+    freed: bool  # a later backward freed a graph: retaining was for a second pass
+
+
+def kept_graphs(trace: Trace) -> KeptGraphs | None:
+    """How the program's backward passes kept their graphs, where memdoc saw one keep it."""
+    site: str | None = None
+    freed = False
+    for event in trace.events(EventKind.AUTOGRAD):
+        if site is None and GraphsKept.RETAINED in event.data:
+            site = str(event.data[GraphsKept.RETAINED] or "")
+        elif site is not None and event.data.get(GraphsKept.FREED):
+            freed = True
+    return KeptGraphs(site, freed) if site is not None else None
+
+
 def baselines(steps: Iterable[StepStat]) -> list[float]:
     return [s.baseline for s in steps if s.baseline is not None]
+
+
+# Growth must be both relative and absolute: a few KiB per step on a small baseline is noise.
+MIN_RELATIVE_GROWTH = 0.10
+MIN_GROWTH_BYTES = {True: 32 * MiB, False: 4 * MiB}  # host RSS is noisier than an allocator
+MIN_MONOTONIC = 0.7
+# A leak adds memory in most steps, not in one jump.
+MIN_RISING = 0.5
+# Memory counts as held once it is within this share of the level the run ended at. Read at
+# every step, a leak behind a retry at a smaller batch fills the memory, then holds it for
+# a dozen steps while the retries reuse what the failed attempts freed (a halve-on-OOM
+# loop keeping each step's logits: 20 steps of 15-31 MiB, then 17 steps within 2%).
+HELD_SHARE = 0.95
 
 
 def baseline_trend(
@@ -518,6 +551,35 @@ def filling_trend(
     trend = fit_trend(values, tolerance=_noise(curve, values), positions=[step for step, _ in part])
     held_for = measured[-1][0] - part[-1][0]
     return (trend, last, held_for) if trend is not None else None
+
+
+def steady_growth(
+    trace: Trace, curve: Curve, fail: Failure | None
+) -> tuple[Trend, float, int] | None:
+    """The run's growth at step boundaries, where it lasts: the curve's trend after warm-up,
+    its last value and 0, when it grows;
+    or, for a run that ran out, the trend of the steps that filled the memory it ran out
+    with, when those grew and it was then held to the end."""
+    fitted = baseline_trend(trace, curve)
+    if fitted is None:
+        return None
+    if grows_steadily(fitted[0], curve):
+        return (*fitted, 0)
+    if fail is None:
+        return None
+    filling = filling_trend(trace, curve, held_share=HELD_SHARE)
+    return filling if filling is not None and grows_steadily(filling[0], curve) else None
+
+
+def grows_steadily(trend: Trend, curve: Curve) -> bool:
+    """Growth that lasts: a robust slope, in absolute and relative terms, in most steps."""
+    return (
+        trend.robust_slope_per_step > 0
+        and trend.robust_growth >= MIN_GROWTH_BYTES[curve.on_host]
+        and trend.robust_growth >= MIN_RELATIVE_GROWTH * trend.start
+        and trend.monotonic_fraction >= MIN_MONOTONIC
+        and trend.rising_fraction >= MIN_RISING
+    )
 
 
 def _noise(curve: Curve, values: list[float]) -> float:

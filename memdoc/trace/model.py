@@ -123,6 +123,7 @@ class EventKind:
     FRAMEWORK = "framework"  # a framework was imported (data: name, version)
     ALLOCATOR_CONFIG = "allocator_config"
     MODEL_STATE = "model_state"  # parameter / gradient / optimizer-state bytes
+    AUTOGRAD = "autograd"  # a backward pass that kept its graph, and a later one that freed
     SNAPSHOT = "snapshot"  # an allocation snapshot saved beside the trace
     FORECAST = "forecast"  # when the per-step peak will cross its limit (memdoc.forecast)
     STOP = "stop"  # memdoc ended the run after the steps it was asked for (headroom)

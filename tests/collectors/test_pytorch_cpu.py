@@ -149,3 +149,38 @@ def test_a_program_that_imports_no_framework_gets_none_imported_by_memdoc(tmp_pa
         status = last_status(trace, name)
         assert not status.available
         assert status.reason == f"the program did not import {module}"
+
+
+RETAINING = """
+    import json
+    import torch
+    import memdoc
+
+    real = torch.autograd.backward
+    model = torch.nn.Linear(8, 8)
+    x = torch.randn(4, 8)
+    with memdoc.watch("run.memdoc", interval=0.05, quiet=True):
+        model(x).sum().backward()                        # frees its graph
+        out = model(x)
+        out.sum().backward(retain_graph=True)            # keeps it: line 12
+        out.square().sum().backward(retain_graph=True)   # keeps it again
+        out.mean().backward()                            # frees it
+        out = model(x)
+        out.sum().backward(retain_graph=True)
+        out.mean().backward()
+    print("RESULT " + json.dumps({"restored": torch.autograd.backward is real}))
+"""
+
+
+def test_the_first_backward_that_keeps_its_graph_and_the_first_that_frees_one_after_it(
+    tmp_path: Path,
+) -> None:
+    run = run_program(tmp_path, RETAINING)
+
+    events = [dict(e.data) for e in events_of(run.trace(), EventKind.AUTOGRAD)]
+    # The first backward freed a graph before any was kept: nothing to say then.
+    assert events == [
+        {"retained_at": "program.py:12"},
+        {"freed_after_retaining": True},
+    ], events
+    assert run.result["restored"] is True

@@ -10,16 +10,16 @@ from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.causes.kept_by_evaluation import EvaluationKept, kept_by_evaluation
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
 from memdoc.rules.facts import (
+    HELD_SHARE,
     Curve,
     Failure,
-    baseline_trend,
     failed_device,
     failure,
-    filling_trend,
     frameworks,
     growth_words,
     rank_curves,
     specific_library,
+    steady_growth,
     step_curve,
 )
 from memdoc.rules.host import curve_capacity
@@ -35,17 +35,6 @@ from memdoc.trace.model import EventKind
 from memdoc.trace.reader import Trace
 from memdoc.units import MiB, format_bytes
 
-# Growth must be both relative and absolute: a few KiB per step on a small baseline is noise.
-MIN_RELATIVE_GROWTH = 0.10
-MIN_GROWTH_BYTES = {True: 32 * MiB, False: 4 * MiB}  # host RSS is noisier than an allocator
-MIN_MONOTONIC = 0.7
-# A leak adds memory in most steps, not in one jump.
-MIN_RISING = 0.5
-# Memory counts as held once it is within this share of the level the run ended at. Read at
-# every step, a leak behind a retry at a smaller batch fills the memory, then holds it for
-# a dozen steps while the retries reuse what the failed attempts freed (a halve-on-OOM
-# loop keeping each step's logits: 20 steps of 15-31 MiB, then 17 steps within 2%).
-HELD_SHARE = 0.95
 TO_CONFIRM = (
     "run it under `memdoc run` for a few steps: a leak shows as allocated memory at step "
     "boundaries that rises steadily"
@@ -225,7 +214,7 @@ GPU. In Python the memory is freed only when the last reference goes.
         curve = step_curve(trace, device if device is not None and device >= 0 else None)
         if curve is None:
             return None
-        fitted = _growth(trace, curve, fail)
+        fitted = steady_growth(trace, curve, fail)
         if fitted is None:
             kept = kept_by_evaluation(trace, fail)
             return self._evaluation_kept(trace, fail, kept) if kept is not None else None
@@ -395,21 +384,6 @@ GPU. In Python the memory is freed only when the last reference goes.
         )
 
 
-def _growth(trace: Trace, curve: Curve, fail: Failure | None) -> tuple[Trend, float, int] | None:
-    """The curve's trend at step boundaries after warm-up, and its last value, when it grows;
-    or, for a run that ran out, the trend of the steps that filled the memory it ran out
-    with, when those grew and it was then held to the end."""
-    fitted = baseline_trend(trace, curve)
-    if fitted is None:
-        return None
-    if _grows(fitted[0], curve):
-        return (*fitted, 0)
-    if fail is None:
-        return None
-    filling = filling_trend(trace, curve, held_share=HELD_SHARE)
-    return filling if filling is not None and _grows(filling[0], curve) else None
-
-
 def _by_rank(trace: Trace) -> tuple[Curve, Trend, float, list[int]] | None:
     """The rank that grew, when some ranks of a job grew and others did not: its curve,
     trend and last value, and the ranks that stayed flat. None when every rank grew (the
@@ -417,7 +391,7 @@ def _by_rank(trace: Trace) -> tuple[Curve, Trend, float, list[int]] | None:
     grew: list[tuple[Curve, Trend, float]] = []
     flat: list[int] = []
     for rank, curve in rank_curves(trace):
-        fitted = _growth(trace, curve, None)
+        fitted = steady_growth(trace, curve, None)
         if fitted is None:
             flat.append(rank)
         else:
@@ -447,17 +421,6 @@ def weight_copies(trace: Trace, per_step: float) -> tuple[int, float] | None:
 
 def _copies_words(count: int) -> str:
     return "about one copy" if count == 1 else f"about {count} copies"
-
-
-def _grows(trend: Trend, curve: Curve) -> bool:
-    """Growth that lasts: a robust slope, in absolute and relative terms, in most steps."""
-    return (
-        trend.robust_slope_per_step > 0
-        and trend.robust_growth >= MIN_GROWTH_BYTES[curve.on_host]
-        and trend.robust_growth >= MIN_RELATIVE_GROWTH * trend.start
-        and trend.monotonic_fraction >= MIN_MONOTONIC
-        and trend.rising_fraction >= MIN_RISING
-    )
 
 
 RULE = LeakAcrossSteps()

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
-from memdoc.rules.base import Finding, Fix
+from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import POSSIBLE, STRONG, Signals
-from memdoc.rules.facts import baselines, failed_device, failure, frameworks, said, step_curve
+from memdoc.rules.facts import (
+    Failure,
+    KeptGraphs,
+    failed_device,
+    failure,
+    frameworks,
+    kept_graphs,
+    said,
+    steady_growth,
+    step_curve,
+)
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
     snippet,
 )
-from memdoc.rules.trend import fit_trend
 from memdoc.trace.reader import Trace
+from memdoc.units import format_bytes
 
 
 class RetainGraph(RuleSpec):
@@ -32,6 +42,9 @@ step's worth of activations every iteration.
     confirm = """
 - The code that fails calls `backward(retain_graph=True)` or `torch.autograd.grad(...,
   create_graph=True)`.
+- `memdoc run` records the first backward that keeps its graph (the program's line that
+  called it) and whether any later backward freed one: when none did, every step's graph
+  is still alive, whether or not the error came inside a backward call.
 - Allocated memory at step boundaries grows steadily (`memdoc run` records it).
 - Removing `retain_graph=True` raises "Trying to backward through the graph a second time":
   find the tensor that crosses steps and `.detach()` it.
@@ -69,15 +82,18 @@ step's worth of activations every iteration.
 
     def check(self, trace: Trace) -> Finding | None:
         fail = failure(trace)
-        if fail is None or not said(fail).retain_graph:
+        if fail is None:
+            return None
+        kept = None if trace.is_text_only else kept_graphs(trace)
+        if kept is not None and not kept.freed:
+            found = self._never_freed(trace, fail, kept)
+            if found is not None:
+                return found
+        if not said(fail).retain_graph:
             return None
         growth = None
-        if not trace.is_text_only:
-            device = failed_device(trace, fail.oom)
-            curve = step_curve(trace, device if device is not None and device >= 0 else None)
-            trend = fit_trend(baselines(curve.steps)) if curve is not None else None
-            if trend is not None and trend.steps >= 5 and trend.slope_per_step > 0:
-                growth = trend.slope_per_step
+        if not trace.is_text_only and (kept is None or not kept.freed):
+            growth = _growth(trace, fail)
         evidence = [bytes_evidence("growth per step", growth)] if growth else []
         summary = "The failing code keeps autograd graphs alive with retain_graph=True" + (
             ", and memory grew every step." if growth else "."
@@ -94,6 +110,38 @@ step's worth of activations every iteration.
             else "run under `memdoc run` to see whether memory grows per step",
             frameworks=frameworks(trace, fail.oom) or ["pytorch"],
         )
+
+    def _never_freed(self, trace: Trace, fail: Failure, kept: KeptGraphs) -> Finding | None:
+        """memdoc saw backward passes keep their graphs and none free one: with memory that
+        grew step after step, each step's graph and saved activations are what grew."""
+        growth = _growth(trace, fail)
+        if growth is None:
+            return None
+        at = f" at {kept.site}" if kept.site else ""
+        summary = (
+            f"Backward kept its graph{at} (retain_graph=True) and no later backward freed "
+            f"one, and memory grew by {format_bytes(growth)} per step: each step's graph, "
+            "with the activations it saved, stayed alive."
+        )
+        evidence = [
+            Evidence(f"backward with retain_graph=True{at}; no backward freed a graph after it"),
+            bytes_evidence("growth per step", growth),
+        ]
+        return self.finding(
+            trace,
+            Signals.of(STRONG, graphs_never_freed=True),
+            summary,
+            evidence,
+            frameworks=frameworks(trace, fail.oom) or ["pytorch"],
+        )
+
+
+def _growth(trace: Trace, fail: Failure) -> float | None:
+    """The run's steady growth per step where the error came, if it grew."""
+    device = failed_device(trace, fail.oom)
+    curve = step_curve(trace, device if device is not None and device >= 0 else None)
+    fitted = steady_growth(trace, curve, fail) if curve is not None else None
+    return fitted[0].robust_slope_per_step if fitted is not None else None
 
 
 RULE = RetainGraph()
