@@ -179,11 +179,14 @@ class JaxCollector:
         if stats:
             context["stats"] = stats
         context["live_arrays"] = live_array_summary()
-        from memdoc.collectors.loops.jax import jitted_call
+        from memdoc.collectors.loops.jax import compiled_memory, jitted_call
 
         called = jitted_call(exc)
         if called is not None:  # "": no jitted function of the program was on the way
             context["jitted_call"] = called
+        planned = compiled_memory(exc) if called else None
+        if planned is not None:
+            context["compiled_memory"] = planned
         profile = self._save_memory_profile()
         if profile is not None:
             context["memory_profile"] = profile

@@ -54,6 +54,9 @@ class Failure:
     # JAX: the program's jitted function the error came out of; "" when the call that raised
     # it was no jitted function of the program (an eager operation); None when not known.
     jitted_call: str | None = None
+    # JAX: XLA's memory analysis of that call's compiled program, in bytes: `argument`,
+    # `output`, `alias` (outputs written into donated arguments), `temp`.
+    compiled: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def functions(self) -> list[str]:
@@ -195,7 +198,19 @@ def _failure(trace: Trace) -> Failure | None:
         live_array_bytes=_live_array_bytes(event),
         host=_host_numbers(event),
         jitted_call=_text_or_none(event.data.get("jitted_call")),
+        compiled=_byte_counts(event.data.get("compiled_memory")),
     )
+
+
+def _byte_counts(value: object) -> dict[str, int]:
+    """The non-negative whole numbers of a mapping read from a trace; {} for anything else."""
+    if not isinstance(value, Mapping):
+        return {}
+    return {
+        str(k): int(v)
+        for k, v in value.items()
+        if isinstance(v, int) and not isinstance(v, bool) and v >= 0
+    }
 
 
 def _text_or_none(value: object) -> str | None:

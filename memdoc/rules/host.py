@@ -159,7 +159,13 @@ def shortfall_at_failure(trace: Trace, fail: Failure) -> float | None:
     what freeing memory beforehand must have freed for the request to fit. Read where the
     error or the trace tells what was left: a GPU's free bytes (and its pool's unused
     reserve), a CPU allocator's own limit and use, the address space under an address-space
-    cap at the error. None elsewhere."""
+    cap at the error. None elsewhere, and where those figures leave room for the request
+    (what was left was not where the request could go: another pool, fragments)."""
+    short = _shortfall(trace, fail)
+    return short if short is not None and short > 0 else None
+
+
+def _shortfall(trace: Trace, fail: Failure) -> float | None:
     oom = fail.oom
     requested = oom.requested_bytes
     if not requested:
@@ -270,6 +276,12 @@ def data_held(trace: Trace, fail: Failure) -> Held | None:
 
 def _data_held(trace: Trace, fail: Failure) -> Held | None:
     if fail.live_array_bytes:
+        # JAX no longer lists the arrays donated to the call that failed, though that call
+        # still held them: XLA's analysis of it says how much of its output went into them.
+        donated = fail.compiled.get("alias", 0)
+        if donated:
+            label = "live arrays at the error, and the arrays donated to the failing call"
+            return Held(label, fail.live_array_bytes + donated)
         return Held("live arrays at the error", fail.live_array_bytes)
     device = fail.oom.device if fail.oom.device is not None else _only_framework_device(trace)
     if device is not None:

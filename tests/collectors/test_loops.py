@@ -188,3 +188,22 @@ def test_watch_in_code_sees_steps_of_a_function_jitted_before_it_started(
     )
     assert done.returncode == 0, done.stderr
     assert len(load_trace(tmp_path / "in-code.memdoc").steps()) == 5
+
+
+@pytest.mark.slow
+def test_an_oom_inside_a_jitted_call_carries_xlas_memory_analysis_of_it(tmp_path: Path) -> None:
+    program = Path(__file__).resolve().parent.parent / "rules" / "programs" / "jax_donation.py"
+    trace_path = tmp_path / "run.memdoc"
+    done = run_memdoc(
+        "run", "-q", "-o", str(trace_path), str(program), cwd=tmp_path, env={"DONATE": "0"}
+    )
+    assert done.returncode == 1, done.stderr.decode(errors="replace")[-2000:]
+
+    [oom] = load_trace(trace_path).oom_events()
+    assert oom.data["jitted_call"] == "train_step"
+    plan = oom.data["compiled_memory"]
+    # The step's arguments and outputs are the 64 MiB table and its two moments, three
+    # copies each (and a small head); nothing donated, few temporaries.
+    assert 192 * 2**20 <= plan["argument"] < 200 * 2**20
+    assert 192 * 2**20 <= plan["output"] < 200 * 2**20
+    assert plan["alias"] == 0 and plan["temp"] < 2**20

@@ -9,7 +9,7 @@ import pytest
 from memdoc.report.overview import ending_of
 from memdoc.rules.confidence import confidence_word
 from memdoc.rules.engine import check_rule, diagnose, explain_text
-from memdoc.rules.registry import RULES
+from memdoc.rules.registry import RULES, get_rule
 from memdoc.rules.words import explain_in_words
 from memdoc.trace import EventKind, Metric, OomInfo, SeriesKey, load_trace
 from tests.rules.fixture_cases import RULE_FIXTURES
@@ -1146,3 +1146,20 @@ def test_a_leak_that_filled_the_memory_and_then_held_it_says_both() -> None:
     assert leak.summary.endswith(
         "It then held that memory, within 5%, for the 17 steps to the end."
     )
+
+
+def test_an_undonated_jitted_step_is_told_to_donate_and_a_donated_one_is_not() -> None:
+    folder = Path(__file__).resolve().parent.parent / "fixtures" / "rules" / "xla-temp-buffers"
+    undonated = check_rule(
+        get_rule("xla-temp-buffers"), load_trace(folder / "hit-jax-undonated-step.memdoc")
+    )
+    donated = check_rule(
+        get_rule("xla-temp-buffers"),
+        load_trace(folder / "miss-jax-donated-step-state-too-large.memdoc"),
+    )
+
+    assert undonated is not None and "Donating the arguments it replaces" in undonated.summary
+    assert undonated.fixes[0].title.startswith("Donate")
+    # Donated already: what it held is weighed with the donated state counted, not as 17 KiB.
+    assert donated is not None and "Donat" not in donated.summary
+    assert confidence_word(donated.confidence) == "weak"

@@ -104,19 +104,52 @@ def jitted_call(exc: BaseException) -> str | None:
     jit = getattr(sys.modules.get("jax"), "jit", None)
     if not getattr(jit, "__memdoc_wrapped__", False):
         return None
-    called = Watched.__call__.__code__
-    innermost = ""
+    frame = _innermost_call(exc)
+    if frame is not None:
+        watched = frame.f_locals.get("self")
+        return str(getattr(watched, "__name__", "") or "<jitted>")
     names: list[str] = []
     tb = exc.__traceback__
     while tb is not None:
         names.append(tb.tb_frame.f_code.co_name)
-        if tb.tb_frame.f_code is called:
-            watched = tb.tb_frame.f_locals.get("self")
-            innermost = str(getattr(watched, "__name__", "") or "<jitted>")
         tb = tb.tb_next
-    if not innermost and any(name in _READING_A_VALUE for name in names[-4:]):
+    if any(name in _READING_A_VALUE for name in names[-4:]):
         return None  # an earlier call's error surfaced where its result was read
-    return innermost
+    return ""
+
+
+def compiled_memory(exc: BaseException) -> dict[str, int] | None:
+    """What XLA planned for the compiled program of the jitted call that raised `exc`, from
+    its own memory analysis: its arguments, outputs, the part of the outputs written into
+    donated arguments (`alias`), and its temporaries, in bytes. The call had just been
+    compiled, so lowering and compiling it again are cache hits (well under a millisecond,
+    the function is not traced again). None where no jitted call of the program raised it
+    or XLA does not say."""
+    frame = _innermost_call(exc)
+    if frame is None:
+        return None
+    try:
+        watched = frame.f_locals["self"]
+        args, kwargs = frame.f_locals.get("args", ()), frame.f_locals.get("kwargs", {})
+        stats = watched._memdoc_jitted.lower(*args, **kwargs).compile().memory_analysis()
+        return {
+            name: int(getattr(stats, f"{name}_size_in_bytes"))
+            for name in ("argument", "output", "alias", "temp")
+        }
+    except Exception:
+        return None  # an older JAX, a backend without the analysis, or no longer compilable
+
+
+def _innermost_call(exc: BaseException) -> Any:
+    """The frame of the innermost call of a watched jitted function on `exc`'s way out."""
+    called = Watched.__call__.__code__
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is called:
+            found = tb.tb_frame
+        tb = tb.tb_next
+    return found
 
 
 # Where JAX waits for a result and hands it to Python: an error of any earlier call, jitted

@@ -257,10 +257,10 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
         ]
         if short is not None:
             summary += (
-                f" It was {format_bytes(max(short, 0.0))} short: without the state the "
+                f" It was {format_bytes(short)} short: without the state the "
                 "request would have fit."
             )
-            evidence.append(bytes_evidence("short of the request", max(short, 0.0)))
+            evidence.append(bytes_evidence("short of the request", short))
         signals = Signals.of(
             STRONG if adam_like and short is not None else LIKELY,
             room_without_the_state=short is not None,

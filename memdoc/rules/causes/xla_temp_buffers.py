@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from memdoc.kinds import OomKind
 from memdoc.rules.base import Evidence, Finding, Fix
-from memdoc.rules.confidence import LIKELY, POSSIBLE, WEAK, Signals
+from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
 from memdoc.rules.facts import Failure, failure, frameworks, said, specific_library
-from memdoc.rules.host import data_held
+from memdoc.rules.host import data_held, shortfall_at_failure
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
@@ -19,6 +19,13 @@ from memdoc.units import format_bytes
 
 # A request this many times all the data the program held was made inside the program.
 FAR_LARGER = 8.0
+# XLA's memory analysis of a compiled call (`argument`, `output`, `alias`, `temp`, in bytes).
+_ANALYSED = frozenset({"argument", "output", "alias", "temp"})
+# Donation decides when the outputs that could reuse undonated arguments are at least this
+# share of what the plan holds at once (a jitted Adam step holding old and new parameters
+# and moments: half); temporaries decide at this share.
+UNDONATED_SHARE = 0.25
+TEMP_SHARE = 0.5
 _TO_CONFIRM = "print `jax.jit(f).lower(...).compile().memory_analysis()`"
 
 
@@ -56,7 +63,9 @@ sequences scale the temporaries.
   that it "Can't reduce memory use below ... by rematerialization".
 - It fails at the first call of a jitted function (compile time), not after many steps.
 - The failed request is far larger than all the arrays the program holds.
-- `jax.jit(f).lower(*args).compile().memory_analysis()` shows the temp size.
+- `jax.jit(f).lower(*args).compile().memory_analysis()` shows the temp size; `memdoc run`
+  records it for the jitted call that failed: arguments and outputs held at once with
+  nothing written into donated arguments (`alias` 0) is an undonated step.
 """
     fixes = (
         Fix(
@@ -120,6 +129,11 @@ sequences scale the temporaries.
             return self._planned(trace, fail, involved)
         if fail.jitted_call == "":
             return None  # an eager operation's result, not a compiled program's working set
+        analysed = (
+            self._analysed(trace, fail, involved) if fail.compiled.keys() >= _ANALYSED else None
+        )
+        if analysed is not None:
+            return analysed
         if (
             oom.framework == "jax"
             and specific_library(oom) is None
@@ -163,6 +177,61 @@ sequences scale the temporaries.
             trace, Signals(WEAK), summary, evidence, to_confirm=_TO_CONFIRM, frameworks=involved
         )
 
+    def _analysed(self, trace: Trace, fail: Failure, involved: list[str]) -> Finding | None:
+        """XLA's own memory analysis of the compiled call that failed: what its plan holds
+        at once, and whether donating the arguments it replaces or its temporaries decide."""
+        plan = fail.compiled
+        arguments, outputs, alias, temp = (plan[k] for k in ("argument", "output", "alias", "temp"))
+        needed = arguments + outputs - alias + temp
+        if needed <= 0:
+            return None
+        name = f"`{fail.jitted_call}`" if fail.jitted_call else "the jitted call"
+        short = shortfall_at_failure(trace, fail)
+        # Outputs that could have been written into the arguments they replace, were those
+        # donated: at most the smaller of the two, less what already was.
+        donatable = max(min(arguments, outputs) - alias, 0)
+        evidence = [
+            bytes_evidence("arguments of the compiled program", arguments),
+            bytes_evidence("outputs", outputs),
+            bytes_evidence("outputs written into donated arguments", alias),
+            bytes_evidence("temporaries", temp),
+        ]
+        if fail.oom.requested_bytes:
+            evidence.append(bytes_evidence("requested", fail.oom.requested_bytes))
+        if short is not None:
+            evidence.append(bytes_evidence("short of the request", short))
+        undonated = donatable >= UNDONATED_SHARE * needed and (short is None or donatable >= short)
+        if undonated:
+            summary = (
+                f"The compiled {name} holds its {format_bytes(arguments)} of arguments and its "
+                f"{format_bytes(outputs)} of outputs at once"
+                + (" (none written into donated arguments)" if not alias else "")
+                + f", {format_bytes(needed)} in all. Donating the arguments it replaces would "
+                f"free up to {format_bytes(donatable)}"
+                + (f"; the request was {format_bytes(short)} short." if short else ".")
+            )
+            signals = Signals.of(
+                STRONG if short is not None else LIKELY, donation_would_make_room=short is not None
+            )
+            return self.finding(
+                trace,
+                signals,
+                summary,
+                evidence,
+                frameworks=involved or ["jax"],
+                fixes=_DONATE_FIRST,
+            )
+        if temp >= TEMP_SHARE * needed:
+            summary = (
+                f"The compiled {name} needs {format_bytes(temp)} of temporaries, "
+                f"{temp / needed:.0%} of the {format_bytes(needed)} its plan holds at once."
+            )
+            return self.finding(
+                trace, Signals(LIKELY), summary, evidence, frameworks=involved or ["jax"]
+            )
+        return None  # the plan is its arguments and outputs, donated where they could be:
+        # weighed below as any request is
+
     def _planned(self, trace: Trace, fail: Failure, involved: list[str]) -> Finding:
         oom = fail.oom
         evidence: list[Evidence] = []
@@ -199,3 +268,4 @@ sequences scale the temporaries.
 
 
 RULE = XlaTempBuffers()
+_DONATE_FIRST = tuple(sorted(RULE.fixes, key=lambda fix: not fix.title.startswith("Donate")))
