@@ -93,6 +93,9 @@ class Session:
         # Memory errors already recorded, for exceptions that take no attribute (see
         # `_first_sighting`): their ids and text.
         self._recorded_ooms: list[tuple[int, str]] = []
+        # Memory errors seen rising out of a framework call memdoc wraps, not yet recorded:
+        # (the mark they carry, their events), written as caught at the next step or stop.
+        self._raised: list[tuple[object, list[Event]]] = []
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -116,6 +119,7 @@ class Session:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=max(2.0, 3 * self.interval_s))
         self.tick()
+        self._write_raised()
         with self._lock:
             for collector in self._active:
                 with contextlib.suppress(Exception):
@@ -215,6 +219,8 @@ class Session:
                 return self._step
             self._step += 1
             number = self._step
+        if self._raised:
+            self._write_raised()  # the program went on: what it raised, it caught
         # The process's own memory at the boundary itself, read in 3 µs: the step's baseline
         # on the host, exact however long the step and whenever the host was last sampled.
         if self.trim_heap_at_steps:
@@ -249,18 +255,81 @@ class Session:
         `torch.multiprocessing.spawn` re-raising a rank's error) is recorded as that
         process's OOM, without this process's memory, which says nothing about it.
         """
-        self.sink.event(exception_event(exc, tb, pid=self.pid, where=where))
+        self._claim_raised(exc)
+        for event in self._exception_events(exc, tb, where=where, context=context):
+            self.sink.event(event)
+
+    def note_raised(self, exc: BaseException, outer: list[str] | None = None) -> None:
+        """A memory error rising out of a framework call memdoc wraps (a backward pass, a
+        jitted JAX call), where the program may still catch it: recorded as caught when the
+        program takes its next step or the session stops, unless it was recorded otherwise
+        by then (uncaught, at exit, or caught as Python 3.12 reports it). On older Pythons
+        this is how a hand-written retry loop's caught errors are seen. `outer`: the frames
+        of the call that raised it, outermost first, which its traceback does not yet hold.
+        Never raises."""
+        try:
+            attrs = getattr(exc, "__dict__", None)
+            key = (self.pid, id(self))
+            if not isinstance(attrs, dict) or key in attrs.get(_NOTED, {}):
+                return  # noted already (raised through two wrapped calls), or unmarkable
+            if key in attrs.get(_RECORDED_BY, frozenset()):
+                return
+            events = self._exception_events(
+                exc, exc.__traceback__, where="caught", context=None, sighting=False
+            )
+            if not any(e.kind == EventKind.OOM for e in events):
+                return
+            if outer:
+                events = [
+                    replace(e, data={**e.data, "stack": [*outer, *e.data.get("stack", [])]})
+                    for e in events
+                ]
+            mark = object()
+            attrs[_NOTED] = {**attrs.get(_NOTED, {}), key: mark}
+            with self._lock:
+                self._raised.append((mark, events))
+        except Exception:
+            pass
+
+    def _claim_raised(self, exc: BaseException) -> None:
+        """`exc` is being recorded now: its note, if any, is not written as well."""
+        noted = getattr(exc, "__dict__", {}).get(_NOTED) or {}
+        mark = noted.get((self.pid, id(self))) if isinstance(noted, dict) else None
+        if mark is None or not self._raised:
+            return
+        with self._lock:
+            self._raised = [(m, events) for m, events in self._raised if m is not mark]
+
+    def _write_raised(self) -> None:
+        with self._lock:
+            raised, self._raised = self._raised, []
+        for _, events in raised:
+            for event in events:
+                self.sink.event(event)
+
+    def _exception_events(
+        self,
+        exc: BaseException,
+        tb: TracebackType | None,
+        *,
+        where: str,
+        context: Mapping[str, Any] | None,
+        sighting: bool = True,
+    ) -> list[Event]:
+        """The exception event, and for a memory error seen for the first time its OOM event
+        with what the frameworks knew at that moment. `sighting` False: the error is not
+        marked as seen (a note, which a later recording of it replaces)."""
+        events = [exception_event(exc, tb, pid=self.pid, where=where)]
         relayed_pid = relayed_from(exc)
         oom = memory_error_event(
             exc, pid=relayed_pid or self.pid, with_host=relayed_pid is None, where=where
         )
-        if oom is None or not self._first_sighting(exc):
-            return
+        if oom is None or (sighting and not self._first_sighting(exc)):
+            return events
         if relayed_pid is not None:
             # This process's stack is where it re-raised, not where the rank failed.
             data = {**oom.data, "stack": [], "relayed_by": self.pid}
-            self.sink.event(replace(oom, data=data))
-            return
+            return [*events, replace(oom, data=data)]
         from memdoc.collectors.frameworks import oom_context
 
         if self._thread is None:
@@ -274,7 +343,7 @@ class Session:
         # What the frameworks knew at that moment (allocator stats, live arrays); the
         # session's own fields win.
         known = oom_context(active, exc)
-        self.sink.event(replace(oom, data={**known, **dict(context or {}), **oom.data}))
+        return [*events, replace(oom, data={**known, **dict(context or {}), **oom.data})]
 
     def _first_sighting(self, exc: BaseException) -> bool:
         """True the first time this session sees this very exception (caught by the program,
@@ -316,6 +385,8 @@ def own_thread(target: Callable[[], None], name: str) -> threading.Thread:
 
 # The attribute a recorded exception carries: (pid, session id) of each session that has it.
 _RECORDED_BY = "_memdoc_recorded_by"
+# The mark of a memory error noted as it rose out of a wrapped framework call (`note_raised`).
+_NOTED = "_memdoc_noted"
 
 
 def relayed_from(exc: BaseException) -> int | None:

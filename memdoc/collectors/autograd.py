@@ -14,6 +14,7 @@ every argument through unchanged and adds one comparison to a call that takes mi
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -21,7 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from memdoc.collectors.base import SessionHandle
+from memdoc.collectors.base import SessionHandle, note_raised
 from memdoc.kinds import GraphsKept
 from memdoc.trace.model import EventKind
 
@@ -73,7 +74,11 @@ class _BackwardWatch:
         @functools.wraps(real)
         def backward(*args: Any, **kwargs: Any) -> Any:
             self._saw(args, kwargs)
-            return real(*args, **kwargs)
+            try:
+                return real(*args, **kwargs)
+            except Exception as exc:
+                self._raised(exc)
+                raise
 
         return backward
 
@@ -92,6 +97,16 @@ class _BackwardWatch:
                 self._emit({GraphsKept.FREED: True})
         except Exception:
             pass  # never break the program's backward pass
+
+    def _raised(self, exc: Exception) -> None:
+        """A backward pass raised `exc`: the sessions note it, in case it is a memory error
+        the program catches (Python before 3.12 has no cheap way to see that)."""
+        if os.getpid() != self._pid:
+            return
+        with self._lock:
+            sessions = list(self._sessions)
+        with contextlib.suppress(Exception):
+            note_raised(sessions, exc, depth=2)
 
     def _emit(self, data: dict[str, Any]) -> None:
         with self._lock:

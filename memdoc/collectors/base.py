@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import sys
+import traceback
+from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, Protocol
 
+from memdoc.oom.types import could_be_memory_error
 from memdoc.trace.model import CollectorStatus, DeviceInfo, Event, ProcessInfo, SeriesKey
 
 Values = dict[SeriesKey, int | float]
@@ -44,6 +47,8 @@ class SessionHandle(Sink, Protocol):
         context: Mapping[str, Any] | None = None,
     ) -> None: ...
 
+    def note_raised(self, exc: BaseException, outer: list[str] | None = None) -> None: ...
+
     def emit(self, kind: str, data: Mapping[str, Any] | None = None) -> None: ...
 
 
@@ -75,3 +80,15 @@ class CollectorFailed(Exception):
         super().__init__(reason)
         self.reason = reason
         self.hint = hint
+
+
+def note_raised(sessions: Iterable[SessionHandle], exc: BaseException, depth: int = 1) -> None:
+    """Tell `sessions` of `exc`, rising out of a framework call memdoc wraps, when it may be a
+    memory error (the program may still catch it). `depth`: frames between this call and
+    the wrapper's caller; the caller's frames complete the error's traceback so far."""
+    if not could_be_memory_error(exc):
+        return
+    caller = sys._getframe(depth + 1)
+    outer = [f"{f.filename}:{f.lineno}:{f.name}" for f in traceback.extract_stack(caller)]
+    for session in sessions:
+        session.note_raised(exc, outer)

@@ -12,29 +12,12 @@ from collections.abc import Callable
 from types import CodeType
 from typing import Any, NoReturn
 
+from memdoc.oom.types import could_be_memory_error
 from memdoc.session import Session, memory_error_event
 
-# Type names (anywhere in the class's bases) that a memory error can have: Python's own,
-# PyTorch's (CPU allocator failures are plain RuntimeErrors), TensorFlow's and XLA's.
-_MEMORY_ERROR_TYPES = frozenset(
-    {
-        "MemoryError",
-        "RuntimeError",
-        "OutOfMemoryError",
-        "ResourceExhaustedError",
-        "XlaRuntimeError",
-        "JaxRuntimeError",
-        "InternalError",
-    }
-)
 # sys.monitoring tool ids no convention reserves (0 debugger, 1 coverage, 2 profiler, 5
 # optimizer): memdoc takes the first free one, and gives way when both are taken.
 _FREE_TOOL_IDS = (3, 4)
-
-
-def could_be_memory_error(exc: BaseException) -> bool:
-    """A cheap test before the message is parsed: most caught exceptions are not."""
-    return any(cls.__name__ in _MEMORY_ERROR_TYPES for cls in type(exc).__mro__)
 
 
 def exit_recording_error_in_hand(
@@ -61,8 +44,9 @@ def watch_caught_errors(session: Callable[[], Session | None]) -> bool:
     """Record each memory error the program catches, in the process and at the moment it
     is caught (Python 3.12+, through `sys.monitoring`). Older Pythons have no cheap way to
     see every caught exception: there memdoc sees those still being handled when a garbage
-    collection runs (an OOM handler often calls `gc.collect()` before it tries again), and
-    the loops' own batch-size finders report theirs. True when a watch is on."""
+    collection runs (an OOM handler often calls `gc.collect()` before it tries again), the
+    loops' own batch-size finders report theirs, and the framework calls memdoc wraps note
+    those that leave them (`Session.note_raised`). True when a watch is on."""
     monitoring: Any = getattr(sys, "monitoring", None)
     if monitoring is None:
         return _watch_through_collections(session)

@@ -90,6 +90,9 @@ class TraceSink:
     ) -> None:
         del exc, tb, where, context  # a system view has no program of its own to report on
 
+    def note_raised(self, exc: BaseException, outer: list[str] | None = None) -> None:
+        del exc, outer
+
     def emit(self, kind: str, data: Mapping[str, Any] | None = None) -> None:
         self.event(Event(time.time(), kind, os.getpid(), dict(data or {})))
 

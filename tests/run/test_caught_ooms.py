@@ -200,3 +200,67 @@ def test_a_tensorflow_oom_the_program_survives_is_counted_once_and_not_a_failure
     assert ooms and all(e.data["oom"]["framework"] == "tensorflow" for e in ooms)
     assert b"memdoc: 1 OOM caught and survived; the run exited 0" in run.stderr
     assert b"Ran out of" not in run.stderr
+
+
+# A hand-written retry loop that halves its batch on an OOM and calls nothing else: no
+# `gc.collect()`, no finder of a library. Its blocks are checkpointed, so the batch of 2048
+# fits through the forward pass and runs out in the backward pass, where the activations
+# are made again; smaller batches run out (1024, in the forward pass) until one trains.
+HALVING_LOOP = textwrap.dedent(
+    """
+    import resource
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    torch.backends.mkldnn.enabled = False  # the plain kernels raise the allocator's error
+    block = torch.nn.Sequential(
+        torch.nn.Linear(256, 8192), torch.nn.ReLU(inplace=True), torch.nn.Linear(8192, 256)
+    )
+    optimizer = torch.optim.SGD(block.parameters(), lr=0.01)
+    torch.ones(1 << 20).sum()  # start the thread pool before the cap
+    with open("/proc/self/statm") as statm:
+        mapped = int(statm.read().split()[0]) * resource.getpagesize()
+    resource.setrlimit(resource.RLIMIT_AS, (mapped + (100 << 20), resource.RLIM_INFINITY))
+    batch = 2048
+    while True:
+        try:
+            for _ in range(3):
+                loss = checkpoint(block, torch.randn(batch, 256), use_reentrant=False)
+                loss.square().mean().backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            break
+        except RuntimeError:
+            batch //= 2
+    print("trained at", batch)
+    """
+)
+
+
+def test_a_retry_loop_that_halves_its_batch_has_its_caught_backward_oom_recorded(
+    tmp_path: Path,
+) -> None:
+    _needs("torch")
+    (tmp_path / "halving.py").write_text(HALVING_LOOP)
+
+    run = run_memdoc("run", "-q", "-o", "t.memdoc", "halving.py", cwd=tmp_path, timeout=180)
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    trained = int(run.stdout.split(b"trained at")[1])
+    failures = (2048 // trained).bit_length() - 1
+    assert trained <= 1024
+    trace = load_trace(tmp_path / "t.memdoc")
+    ooms = trace.oom_events()
+    assert all(e.data["where"] == "caught" and e.data["handled"] for e in ooms), ooms
+    # The backward pass's error, seen as it left `torch.autograd.backward` on any Python:
+    # the batch of 2048's activations, made again (2048 x 8192 floats), with the program's
+    # line in its stack. Python 3.12+ also sees the smaller batches' errors (in the forward
+    # pass, or in the backward pass when the machine is busy).
+    in_backward = [e for e in ooms if e.data["oom"]["requested_bytes"] == 64 << 20]
+    assert len(in_backward) == 1, [e.data["oom"]["requested_bytes"] for e in ooms]
+    assert any("halving.py" in frame for frame in in_backward[0].data["stack"])
+    if sys.version_info >= (3, 12):
+        assert len(ooms) == failures
+    assert 1 <= len(ooms) <= failures
+    assert len(trace.steps()) == 3

@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from memdoc.collectors.base import note_raised
 from memdoc.collectors.own import own_memory
 
 if TYPE_CHECKING:
@@ -51,6 +52,15 @@ def listening() -> bool:
 def _each() -> list[SessionHandle]:
     with _lock:
         return list(_sessions)
+
+
+def raised(exc: BaseException, depth: int = 1) -> None:
+    """A loop call memdoc wraps raised `exc`: every session notes it, in case it is a memory
+    error the program then catches (a retry at a smaller batch around `fit`). `depth`: the
+    frames from the caller of this function out to the wrapper the program called."""
+    if isinstance(exc, Exception) and _sessions:
+        with contextlib.suppress(Exception):
+            note_raised(_each(), exc, depth=depth + 1)
 
 
 def step(source: str, **data: Any) -> None:
@@ -182,8 +192,9 @@ def in_phase(
     enter(phase, source, grad_enabled=grad_enabled, planned_steps=planned)
     try:
         result = call(*args, **kwargs)
-    except BaseException:
+    except BaseException as exc:
         leave(phase, source, failed=True)
+        raised(exc, depth=2)
         raise
     leave(phase, source)
     return result

@@ -79,7 +79,11 @@ class Watched:
         self._memdoc_kind = _kind(jitted)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        out = self._memdoc_jitted(*args, **kwargs)
+        try:
+            out = self._memdoc_jitted(*args, **kwargs)
+        except Exception as exc:
+            hub.raised(exc)
+            raise
         if hub.listening():
             _STEPS.called(self)
         return out
