@@ -82,7 +82,10 @@ def format_duration(seconds: float | None) -> str:
 
 
 def format_percent(fraction: float | None) -> str:
-    """Format a fraction in [0, 1] as a percentage."""
+    """Format a fraction in [0, 1] as a percentage: whole percents, and one decimal below
+    1% ("0.3%"), where a whole percent would read as nothing at all."""
     if fraction is None or math.isnan(fraction):
         return "-"
+    if 0 < abs(fraction) < 0.0095:
+        return f"{fraction * 100:.1f}%" if abs(fraction) >= 0.0005 else "<0.1%"
     return f"{fraction * 100:.0f}%"

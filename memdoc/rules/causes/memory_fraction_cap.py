@@ -32,7 +32,7 @@ from memdoc.rules.spec import (
 )
 from memdoc.trace.model import EventKind, Metric
 from memdoc.trace.reader import Trace
-from memdoc.units import format_bytes
+from memdoc.units import format_bytes, format_percent
 
 # A limit this far below the device size was set by someone.
 CAP_SHARE = 0.97
@@ -197,7 +197,7 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
         name = framework_name(oom.framework)
         summary = (
             f"{name}'s CPU allocator stopped at the {format_bytes(limit)} it was configured "
-            f"with ({limit / ram:.0%} of the machine's {format_bytes(ram)})"
+            f"with ({format_percent(limit / ram)} of the machine's {format_bytes(ram)})"
             + (f", while the host had {format_bytes(available)} available." if room else ".")
         )
         return self.finding(
@@ -345,11 +345,21 @@ def _limit(trace: Trace, fail: Failure, device: int | None) -> float | None:
 
 
 def _cpu_allocator_held(fail: Failure) -> float | None:
-    """What the framework's CPU allocator held at the error: its dump's "in use", or what
-    the framework said of it then."""
+    """What the framework's CPU allocator held at the error: its dump's "in use", else the
+    most it had in use by then, as the framework said of it. TensorFlow reads its counters
+    after the failed op freed what it had made; an allocator whose use once reached its
+    limit has all of it mapped, and refuses a request no free piece of it can hold."""
     if fail.oom.bfc_in_use_bytes is not None:
         return float(fail.oom.bfc_in_use_bytes)
-    return cpu_allocator_said(fail.stats, "allocated_bytes")
+    said = [
+        value
+        for value in (
+            cpu_allocator_said(fail.stats, "allocated_bytes"),
+            cpu_allocator_said(fail.stats, "peak_bytes"),
+        )
+        if value is not None
+    ]
+    return max(said) if said else None
 
 
 def _held(trace: Trace, fail: Failure, device: int | None) -> float | None:
