@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, Protocol
 
-from memdoc.oom.types import could_be_memory_error
+from memdoc.kinds import could_be_memory_error
 from memdoc.trace.model import CollectorStatus, DeviceInfo, Event, ProcessInfo, SeriesKey
 
 Values = dict[SeriesKey, int | float]

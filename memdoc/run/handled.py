@@ -12,7 +12,7 @@ from collections.abc import Callable
 from types import CodeType
 from typing import Any, NoReturn
 
-from memdoc.oom.types import could_be_memory_error
+from memdoc.kinds import could_be_memory_error
 from memdoc.session import Session, memory_error_event
 
 # sys.monitoring tool ids no convention reserves (0 debugger, 1 coverage, 2 profiler, 5
