@@ -10,6 +10,7 @@ from memdoc.oom.names import has_stem, has_words
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, Signals
 from memdoc.rules.facts import (
+    Curve,
     Failure,
     failed_device,
     failure,
@@ -17,6 +18,7 @@ from memdoc.rules.facts import (
     said,
     short_frame,
     step_curve,
+    step_phase,
 )
 from memdoc.rules.spec import (
     RuleSpec,
@@ -59,6 +61,14 @@ _GRAD_OFF_FILES = r"autograd[/\\]grad_mode\.py|utils[/\\]_contextlib\.py"
 # Evaluation under no_grad adds roughly one batch of activations; with autograd on it adds
 # what training adds. This share of the training rise means the graph was built.
 SAME_AS_TRAINING = 0.7
+FAR_ABOVE_TRAINING = 2.0  # ... and this many times it is no longer "as much"
+INFERRED_RISE_FLOOR = 1 << 20
+# Forward passes this many median steps' time after the last step ended, with no step
+# since, are no step's own: the program is evaluating (or generating) between steps.
+STEPS_WITHOUT_A_STEP = 3
+# Where a frame is a library's, not the program's (memdoc's own wrappers included).
+_LIBRARY_PATHS = ("site-packages/", "dist-packages/", "/lib/python3", "/memdoc/collectors/")
+_MODEL_CALLS = frozenset({"forward", "__call__", "_call_impl", "_wrapped_call_impl"})
 
 
 @dataclass(frozen=True)
@@ -83,7 +93,9 @@ gradient tracking. Without `torch.no_grad()` or `torch.inference_mode()`, output
 graph alive for as long as they are referenced, for example in a list of predictions.
 """
     confirm = """
-- The error happens in a validate, evaluate, predict or generate function.
+- The error happens in a validate, evaluate, predict or generate function; or, whatever its
+  name, in forward passes the program runs long after its last training step (an epoch-end
+  hook), with memory rising all the while: possible only, since kept outputs rise too.
 - Memory during evaluation rises as much as during a training step (`memdoc run` with
   `memdoc.mark("eval")` before evaluation records it).
 - `torch.is_grad_enabled()` is `True` inside the evaluation loop.
@@ -166,6 +178,13 @@ graph alive for as long as they are referenced, for example in a list of predict
             return None
         spans = _eval_spans(trace)
         frame = _eval_frame(fail) if fail is not None and not spans else None
+        # Evaluation known only from forward passes long after the last step: whether they
+        # ran with gradients on is not known (kept outputs grow memory too), so at most
+        # possible.
+        inferred = False
+        if frame is None and fail is not None and not spans:
+            frame = _forward_after_last_step(fail, curve)
+            inferred = frame is not None
         unmarked = frame is not None
         if fail is not None and frame is not None:
             trained = [s.t_end for s in curve.steps if s.t_end <= fail.t]
@@ -178,6 +197,10 @@ graph alive for as long as they are referenced, for example in a list of predict
             if s.peak is not None and prev.baseline is not None
         ]
         train_rise = statistics.median(rises) if rises else 0.0
+        if inferred:
+            # Steps that add nothing measurable (a small model, memory read at boundaries)
+            # leave the comparison to the noise of the host's reading.
+            train_rise = max(train_rise, INFERRED_RISE_FLOOR)
         if series is None or train_rise <= 0 or not spans:
             return None
         at_error = _read_at_error(curve.metric, curve.pid, fail)
@@ -193,12 +216,19 @@ graph alive for as long as they are referenced, for example in a list of predict
             failed_in_marked_evaluation=failed_in_eval and not unmarked,
             evaluation_above_training=eval_rise >= train_rise,
         )
+        if inferred:
+            signals = Signals(POSSIBLE)
         where = (
             "in evaluation code after the last training step" if unmarked else "during evaluation"
         )
+        compared = (
+            f"as much as a training step ({format_bytes(train_rise)})"
+            if eval_rise < FAR_ABOVE_TRAINING * train_rise
+            else f"where a training step adds {format_bytes(train_rise)}"
+        )
         summary = (
-            f"Memory rose by {format_bytes(eval_rise)} {where}, as much as a training "
-            f"step ({format_bytes(train_rise)}): evaluation kept autograd graphs."
+            f"Memory rose by {format_bytes(eval_rise)} {where}, {compared}: evaluation kept "
+            "autograd graphs."
         )
         evidence = [
             bytes_evidence("rise during evaluation", eval_rise),
@@ -207,7 +237,26 @@ graph alive for as long as they are referenced, for example in a list of predict
         ]
         if frame is not None:
             evidence.insert(0, Evidence(f"failed in evaluation code: {frame}"))
-        return self.finding(trace, signals, summary, evidence, frameworks=["pytorch"])
+        if inferred:
+            summary = (
+                f"Memory rose by {format_bytes(eval_rise)} in forward passes of {frame}, long "
+                f"after the last training step, {compared}: if they ran with autograd on, "
+                "each kept its graph."
+            )
+            evidence[0] = Evidence(f"forward passes after the last step, in: {frame}")
+        return self.finding(
+            trace,
+            signals,
+            summary,
+            evidence,
+            to_confirm=(
+                f"check that {frame} runs under torch.no_grad(): if it does, what it keeps "
+                "(its outputs) is the cause"
+            )
+            if inferred
+            else None,
+            frameworks=["pytorch"],
+        )
 
     def _from_frames(self, trace: Trace, fail: Failure) -> Finding | None:
         if not _in_eval_frames(fail):
@@ -254,6 +303,27 @@ def _eval_frame(fail: Failure) -> str | None:
         return None
     for frame in reversed(fail.stack):
         if has_words(frame_parts(frame)[2], EVAL_WORDS):
+            return short_frame(frame)
+    return None
+
+
+def _forward_after_last_step(fail: Failure, curve: Curve) -> str | None:
+    """The program's frame that ran forward passes, with gradients not turned off by its
+    loop, long after the last training step ended (no step since, for as long as several
+    steps take): evaluation code of the program's own, whatever its name (a hook at an
+    epoch's end). None for the forward pass of a step that simply came next."""
+    ended = [s.t_end for s in curve.steps if s.t_end <= fail.t]
+    durations = [s.t_end - s.t_start for s in curve.steps if s.t_end > s.t_start]
+    if not ended or not durations or step_phase(fail) != "forward":
+        return None
+    if fail.t - ended[-1] < STEPS_WITHOUT_A_STEP * statistics.median(durations):
+        return None
+    for frame in reversed(fail.stack):
+        path, _, function = frame_parts(frame)
+        path = path.replace("\\", "/")
+        if any(part in path for part in _LIBRARY_PATHS) or path.startswith("memdoc/"):
+            continue
+        if function not in _MODEL_CALLS:  # the code that called the model, not its forward
             return short_frame(frame)
     return None
 
