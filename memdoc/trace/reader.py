@@ -306,14 +306,24 @@ class Trace:
     def per_step(
         self, metric: str, device: int | None = None, pid: int | None = None
     ) -> list[StepStat]:
-        """Baseline (value after the step) and in-step peak, for each step event."""
+        """Baseline (value after the step) and in-step peak, for each step event. A step
+        starts at the step before it, or at a loop's phase mark since (an evaluation that
+        ran between two training steps, training resumed): what the phase held is not the
+        step's."""
         series = self.series(metric, device, pid)
         peaks = self.series(peak_metric(metric), device, pid)
         steps = self.steps()
         exact = self._step_readings(steps, metric, device, pid)
+        stepping = steps[0].pid if len(steps) else None
+        phase_marks = sorted(
+            m.t for m in self.marks() if "phase" in m.data and m.pid in (stepping, None)
+        )
         out: list[StepStat] = []
         t_prev = 0.0
         for i, (t, number) in enumerate(zip(steps.times(), steps.values("step"), strict=True)):
+            since = bisect.bisect_left(phase_marks, t) - 1
+            if since >= 0 and phase_marks[since] > t_prev:
+                t_prev = phase_marks[since]
             reading = exact[i] if exact else None
             baseline = reading
             peak_values: list[float] = []

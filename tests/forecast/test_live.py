@@ -212,3 +212,34 @@ def test_a_batch_size_search_is_no_trend_the_forecast_starts_after_it(tmp_path: 
     # step after the last size change.
     (series,) = trace_step_series(load_trace(path))
     assert series.planned_end_step == 30
+
+
+def test_an_evaluation_between_steps_is_not_the_next_steps_peak(tmp_path: Path) -> None:
+    """Training flat at 400 MiB; every 10 steps an evaluation phase reaches 100 MiB more,
+    a little more each time (its allocator keeps a few MiB): the steps never grew."""
+    path = tmp_path / "run.memdoc"
+    writer = TraceWriter(
+        path, Header(version=SCHEMA_VERSION, created_unix=START, memdoc_version="t")
+    )
+    ticks = itertools.count(0, 2.0)
+    sink = ForecastingSink(writer, start_unix=START, clock=lambda: float(next(ticks)))
+    for step in range(1, 61):
+        t = START + step
+        if step % 10 == 1 and step > 1:
+            spike = 500 * MiB + 4 * MiB * step
+            for label, at in (("eval", t - 0.9), ("train", t - 0.6)):
+                mark = {"label": label, "phase": label}
+                sink.event(Event(t=at, kind=EventKind.MARK, pid=PID, data=mark))
+                if label == "eval":
+                    sink.samples(at + 0.1, {VMS: spike, CAP: 1000 * MiB})
+        sink.samples(t - 0.5, {VMS: 398 * MiB, CAP: 1000 * MiB})
+        sink.samples(t - 0.3, {VMS: 400 * MiB})
+        sink.event(Event(t=t, kind=EventKind.STEP, pid=PID, data={"step": step}))
+    writer.close()
+
+    assert forecast_events(path) == []
+    trace = load_trace(path)
+    assert not isinstance(assess(trace), Forecast)
+    # The reader's per-step peaks leave the evaluations out too: each step's is 400 MiB.
+    peaks = {s.peak for s in trace.per_step(Metric.HOST_VMS, pid=PID)[1:]}
+    assert peaks == {400 * MiB}
