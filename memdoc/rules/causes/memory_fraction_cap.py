@@ -345,21 +345,11 @@ def _limit(trace: Trace, fail: Failure, device: int | None) -> float | None:
 
 
 def _cpu_allocator_held(fail: Failure) -> float | None:
-    """What the framework's CPU allocator held at the error: its dump's "in use", else the
-    most it had in use by then, as the framework said of it. TensorFlow reads its counters
-    after the failed op freed what it had made; an allocator whose use once reached its
-    limit has all of it mapped, and refuses a request no free piece of it can hold."""
+    """What the framework's CPU allocator held at the error: its dump's "in use", or what
+    the framework said of it then."""
     if fail.oom.bfc_in_use_bytes is not None:
         return float(fail.oom.bfc_in_use_bytes)
-    said = [
-        value
-        for value in (
-            cpu_allocator_said(fail.stats, "allocated_bytes"),
-            cpu_allocator_said(fail.stats, "peak_bytes"),
-        )
-        if value is not None
-    ]
-    return max(said) if said else None
+    return cpu_allocator_said(fail.stats, "allocated_bytes")
 
 
 def _held(trace: Trace, fail: Failure, device: int | None) -> float | None:
