@@ -94,7 +94,7 @@ class ForecastingSink:
                     self._planned_end = planned_end(event, self._last_step) or self._planned_end
                     if changes_batch_size(event):  # another size: the trend starts again
                         self._points.clear()
-                    if "phase" in event.data:
+                    if event.is_phase_mark:
                         # What a phase between two steps held (an evaluation's spike) is
                         # not the next training step's peak: its window starts here.
                         for key in self._last_step_t:

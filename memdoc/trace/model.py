@@ -164,6 +164,11 @@ class Event:
     pid: int | None = None
     data: Mapping[str, Any] = field(default_factory=dict)
 
+    @property
+    def is_phase_mark(self) -> bool:
+        """A mark a loop writes where one of its phases (train, eval, ...) begins or ends."""
+        return self.kind == EventKind.MARK and "phase" in self.data
+
 
 @dataclass(frozen=True)
 class DeviceInfo:

@@ -62,7 +62,7 @@ def phases(trace: Trace) -> list[Phase]:
     """Every loop phase of the trace, in time order per process."""
     by_pid: dict[int | None, list[Event]] = {}
     for mark in trace.marks():
-        if "phase" in mark.data:
+        if mark.is_phase_mark:
             by_pid.setdefault(mark.pid, []).append(mark)
     out: list[Phase] = []
     for pid, marks in by_pid.items():

@@ -316,7 +316,7 @@ class Trace:
         exact = self._step_readings(steps, metric, device, pid)
         stepping = steps[0].pid if len(steps) else None
         phase_marks = sorted(
-            m.t for m in self.marks() if "phase" in m.data and m.pid in (stepping, None)
+            m.t for m in self.marks() if m.is_phase_mark and m.pid in (stepping, None)
         )
         out: list[StepStat] = []
         t_prev = 0.0
