@@ -14,7 +14,7 @@ from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
-from memdoc.collectors.base import Collector, CollectorFailed, Sink, Values
+from memdoc.collectors.base import Collector, CollectorFailed, Sink, Values, frame_strings
 from memdoc.collectors.own import step_memory, trim_heap
 from memdoc.kinds import OomKind
 from memdoc.trace.model import (
@@ -279,9 +279,12 @@ class Session:
             )
             if not any(e.kind == EventKind.OOM for e in events):
                 return
-            if outer:
+            if outer:  # the whole stack, kept to as many frames as any other
                 events = [
-                    replace(e, data={**e.data, "stack": [*outer, *e.data.get("stack", [])]})
+                    replace(
+                        e,
+                        data={**e.data, "stack": [*outer, *e.data["stack"]][-MAX_STACK_FRAMES:]},
+                    )
                     for e in events
                 ]
             mark = object()
@@ -431,7 +434,7 @@ def _cgroup_version() -> int | None:
 
 def exception_event(exc: BaseException, tb: TracebackType | None, *, pid: int, where: str) -> Event:
     frames = traceback.extract_tb(tb if tb is not None else exc.__traceback__)
-    stack = [f"{f.filename}:{f.lineno}:{f.name}" for f in frames][-MAX_STACK_FRAMES:]
+    stack = frame_strings(frames)[-MAX_STACK_FRAMES:]
     return Event(
         t=time.time(),
         kind=EventKind.EXCEPTION,
@@ -462,8 +465,7 @@ def memory_error_event(
         oom = parse_text(text[:MAX_MESSAGE_CHARS])
     if oom is None:
         return None
-    frames = traceback.extract_tb(exc.__traceback__)
-    stack = [f"{f.filename}:{f.lineno}:{f.name}" for f in frames][-MAX_STACK_FRAMES:]
+    stack = frame_strings(traceback.extract_tb(exc.__traceback__))[-MAX_STACK_FRAMES:]
     data: dict[str, Any] = {"oom": oom.to_dict(), "stack": stack, "where": where}
     if where == "caught":
         data["handled"] = True  # the program caught it and went on

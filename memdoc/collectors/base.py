@@ -88,7 +88,14 @@ def note_raised(sessions: Iterable[SessionHandle], exc: BaseException, depth: in
     the wrapper's caller; the caller's frames complete the error's traceback so far."""
     if not could_be_memory_error(exc):
         return
-    caller = sys._getframe(depth + 1)
-    outer = [f"{f.filename}:{f.lineno}:{f.name}" for f in traceback.extract_stack(caller)]
+    # The caller's frames, outermost first, without reading their source lines from disk.
+    caller = traceback.walk_stack(sys._getframe(depth + 1))
+    outer = frame_strings(reversed(traceback.StackSummary.extract(caller, lookup_lines=False)))
     for session in sessions:
         session.note_raised(exc, outer)
+
+
+def frame_strings(frames: Iterable[traceback.FrameSummary]) -> list[str]:
+    """A stack as a trace records it: "file:line:function" for each frame, in the order
+    given."""
+    return [f"{f.filename}:{f.lineno}:{f.name}" for f in frames]
