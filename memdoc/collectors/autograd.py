@@ -103,16 +103,16 @@ class _BackwardWatch:
         the program catches (Python before 3.12 has no cheap way to see that)."""
         if os.getpid() != self._pid:
             return
-        with self._lock:
-            sessions = list(self._sessions)
         with contextlib.suppress(Exception):
-            note_raised(sessions, exc, depth=2)
+            note_raised(self._listening(), exc, depth=2)
 
     def _emit(self, data: dict[str, Any]) -> None:
-        with self._lock:
-            sessions = list(self._sessions)
-        for session in sessions:
+        for session in self._listening():
             session.emit(EventKind.AUTOGRAD, data)
+
+    def _listening(self) -> list[SessionHandle]:
+        with self._lock:
+            return list(self._sessions)
 
 
 def _caller() -> str:

@@ -85,15 +85,17 @@ step's worth of activations every iteration.
         if fail is None:
             return None
         kept = None if trace.is_text_only else kept_graphs(trace)
-        if kept is not None and not kept.freed:
-            found = self._never_freed(trace, fail, kept)
-            if found is not None:
-                return found
+        never_freed = kept is not None and not kept.freed
+        if not never_freed and not said(fail).retain_graph:
+            return None
+        # Growth counts unless a later backward was seen freeing the graphs kept.
+        growth = None
+        if not trace.is_text_only and (kept is None or never_freed):
+            growth = _growth(trace, fail)
+        if kept is not None and never_freed and growth is not None:
+            return self._never_freed(trace, fail, kept, growth)
         if not said(fail).retain_graph:
             return None
-        growth = None
-        if not trace.is_text_only and (kept is None or not kept.freed):
-            growth = _growth(trace, fail)
         evidence = [bytes_evidence("growth per step", growth)] if growth else []
         summary = "The failing code keeps autograd graphs alive with retain_graph=True" + (
             ", and memory grew every step." if growth else "."
@@ -111,12 +113,9 @@ step's worth of activations every iteration.
             frameworks=frameworks(trace, fail.oom) or ["pytorch"],
         )
 
-    def _never_freed(self, trace: Trace, fail: Failure, kept: KeptGraphs) -> Finding | None:
+    def _never_freed(self, trace: Trace, fail: Failure, kept: KeptGraphs, growth: float) -> Finding:
         """memdoc saw backward passes keep their graphs and none free one: with memory that
         grew step after step, each step's graph and saved activations are what grew."""
-        growth = _growth(trace, fail)
-        if growth is None:
-            return None
         at = f" at {kept.site}" if kept.site else ""
         summary = (
             f"Backward kept its graph{at} (retain_graph=True) and no later backward freed "
