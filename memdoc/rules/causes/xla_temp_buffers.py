@@ -42,6 +42,19 @@ def made_inside_the_program(trace: Trace, fail: Failure) -> bool:
     return held is not None and requested >= FAR_LARGER * held.held_bytes
 
 
+DONATE = Fix(
+    "jax",
+    "Donate the buffers the step overwrites",
+    snippet(
+        """
+    import jax
+
+    train_step = jax.jit(train_step, donate_argnums=(0,))  # state is updated in place
+    """
+    ),
+)
+
+
 class XlaTempBuffers(RuleSpec):
     slug = "xla-temp-buffers"
     code = "MD020"
@@ -79,17 +92,7 @@ sequences scale the temporaries.
             """
             ),
         ),
-        Fix(
-            "jax",
-            "Donate the buffers the step overwrites",
-            snippet(
-                """
-            import jax
-
-            train_step = jax.jit(train_step, donate_argnums=(0,))  # state is updated in place
-            """
-            ),
-        ),
+        DONATE,
         Fix(
             "jax",
             "Inspect the compiled program's memory before running it",
@@ -268,4 +271,5 @@ sequences scale the temporaries.
 
 
 RULE = XlaTempBuffers()
-_DONATE_FIRST = tuple(sorted(RULE.fixes, key=lambda fix: not fix.title.startswith("Donate")))
+# An undonated step's fixes: donation first, then the others in the catalogue's order.
+_DONATE_FIRST = (DONATE, *(fix for fix in RULE.fixes if fix is not DONATE))
