@@ -145,8 +145,7 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
             return None
         held = _held(trace, fail, device)
         requested = oom.requested_bytes
-        # The message rounds its figures (to 0.01 of a unit): within that, the cap was reached.
-        if held is not None and requested is not None and held + requested < limit * ROUNDED:
+        if _short_of_cap(held, requested, limit):
             return None  # the cap was not what stopped this request
         free = oom.free_bytes if oom.free_bytes is not None else _free(trace, fail, device)
         room = free is not None and requested is not None and free >= requested
@@ -182,7 +181,7 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
             return None
         held = _cpu_allocator_held(fail)
         requested = oom.requested_bytes
-        if held is not None and requested is not None and held + requested < limit * ROUNDED:
+        if _short_of_cap(held, requested, limit):
             return None  # the cap was not what stopped this request
         available = sum_at(trace, Metric.HOST_AVAILABLE, None, fail.t)
         room = available is not None and requested is not None and available >= requested
@@ -342,6 +341,13 @@ def _limit(trace: Trace, fail: Failure, device: int | None) -> float | None:
         except ValueError:
             return None
     return None
+
+
+def _short_of_cap(held: float | None, requested: int | None, limit: float) -> bool:
+    """What was held and the request together stayed under the cap: the cap was not what
+    refused it. The message rounds its figures (to 0.01 of a unit): within that, the cap
+    was reached. False where either is unknown."""
+    return held is not None and requested is not None and held + requested < limit * ROUNDED
 
 
 def _cpu_allocator_held(fail: Failure) -> float | None:
