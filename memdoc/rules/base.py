@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memdoc.trace.model import OomInfo
-from memdoc.trace.reader import Run, Trace
+from memdoc.trace.reader import Run
+
+if TYPE_CHECKING:
+    from memdoc.rules.context import Facts
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,9 @@ class Rule(Protocol):
     # step): from an error text alone the engine lets it claim no more than TEXT_ONLY_CAP.
     needs_recording: bool
 
-    def check(self, trace: Trace) -> Finding | None: ...
+    def check(self, facts: Facts) -> Finding | None:
+        """This cause's finding on the trace `facts` asks, or None where it is not seen."""
+        ...
 
     def ruled_out_by(self, oom: OomInfo) -> bool:
         """True when the error's own figures rule this cause out (other processes cannot
@@ -109,7 +114,7 @@ class Rule(Protocol):
 
     def common_cause(
         self,
-        trace: Trace,
+        facts: Facts,
         summary: str,
         evidence: Sequence[Evidence],
         *,

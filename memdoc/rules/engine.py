@@ -16,7 +16,7 @@ from memdoc.rules.confidence import (
     TEXT_ONLY_REASON,
     capped,
 )
-from memdoc.rules.facts import one_reading
+from memdoc.rules.context import Facts
 from memdoc.rules.priors import (
     BARE_CAUSES,
     INCIDENTS,
@@ -64,29 +64,30 @@ def diagnose(trace: Trace, rules: Sequence[Rule] | None = None) -> Findings:
     """
     findings: list[Finding] = []
     warnings: list[str] = []
-    with one_reading():
-        for rule in all_rules() if rules is None else rules:
-            try:
-                finding = check_rule(rule, trace)
-            except Exception as exc:
-                warnings.append(
-                    f"rule {rule.slug} failed on this trace ({type(exc).__name__}: {exc}); "
-                    "its finding is left out"
-                )
-                continue
-            if finding is not None:
-                findings.append(finding)
+    facts = Facts(trace)  # every rule asks the same questions of this trace: answered once
+    for rule in all_rules() if rules is None else rules:
+        try:
+            finding = check_rule(rule, facts)
+        except Exception as exc:
+            warnings.append(
+                f"rule {rule.slug} failed on this trace ({type(exc).__name__}: {exc}); "
+                "its finding is left out"
+            )
+            continue
+        if finding is not None:
+            findings.append(finding)
     return Findings(sort_findings(findings), warnings)
 
 
-def check_rule(rule: Rule, trace: Trace) -> Finding | None:
+def check_rule(rule: Rule, trace: Trace | Facts) -> Finding | None:
     """One rule's finding, claiming no more than an error text alone can show.
 
     A cause that is a behaviour over time (the rule `needs_recording`) cannot be seen in
     one error text: from a text-only trace it is at most TEXT_ONLY_CAP.
     """
-    finding = rule.check(trace)
-    if finding is None or not trace.is_text_only or not rule.needs_recording:
+    facts = trace if isinstance(trace, Facts) else Facts(trace)
+    finding = rule.check(facts)
+    if finding is None or not facts.is_text_only or not rule.needs_recording:
         return finding
     confidence = capped(finding.confidence, TEXT_ONLY_CAP)
     if confidence == finding.confidence:
@@ -207,7 +208,7 @@ def _common_causes(trace: Trace, oom: OomInfo, found: Sequence[Finding], why: st
         evidence = [count_evidence("real incidents with this cause", count)]
         added.append(
             RULES[slug].common_cause(
-                trace,
+                Facts(trace),
                 summary,
                 evidence,
                 to_confirm="rerun under `memdoc run` to record what filled the memory",

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from functools import cached_property
+from typing import Any
 
 from memdoc.kinds import GraphsKept, OomKind
 from memdoc.oom.frames import file_name, frame_matches, frame_parts
 from memdoc.oom.growthcues import GrowthCues, growth_cues
+from memdoc.oom.hostcues import HostCues, host_cues
 from memdoc.oom.textcues import MessageCues, TextCues, message_cues, text_cues
 from memdoc.rules.trend import Trend, fit_trend
 from memdoc.trace.model import (
@@ -29,11 +29,6 @@ from memdoc.trace.reader import Series, StepStat, Trace, oom_of
 from memdoc.units import MiB
 
 GPU_FRAMEWORKS = tuple(FRAMEWORK_PREFIXES)
-_T = TypeVar("_T")
-# Facts read once per diagnosis: (name, ids of what they were read from) -> (those, fact).
-_READINGS: ContextVar[dict[tuple[Any, ...], tuple[tuple[object, ...], Any]] | None] = ContextVar(
-    "memdoc_fact_readings", default=None
-)
 
 
 @dataclass(frozen=True)
@@ -57,6 +52,29 @@ class Failure:
     # JAX: XLA's memory analysis of that call's compiled program, in bytes: `argument`,
     # `output`, `alias` (outputs written into donated arguments), `temp`.
     compiled: Mapping[str, int] = field(default_factory=dict)
+
+    # What the recogniser reads in the words of the error, the log around it and its code,
+    # read once for the failure.
+
+    @cached_property
+    def text_cues(self) -> TextCues:
+        """What the words say it was doing."""
+        return text_cues((self.oom.message, self.context, *self.source))
+
+    @cached_property
+    def message_cues(self) -> MessageCues:
+        """What the error's own message says beyond its figures."""
+        return message_cues(self.oom.message)
+
+    @cached_property
+    def growth_cues(self) -> GrowthCues:
+        """What the error and the log before it say of memory growing: progress, a leak."""
+        return growth_cues(self.oom.message, self.context)
+
+    @cached_property
+    def host_cues(self) -> HostCues:
+        """What the words say of the host: a kill, a platform's notice, a build."""
+        return host_cues((self.oom.message, self.context, *self.source))
 
     @property
     def functions(self) -> list[str]:
@@ -132,51 +150,23 @@ def short_frame(frame: str) -> str:
     return f"{name}:{line} {function}" if line is not None else name
 
 
-@contextmanager
-def one_reading() -> Iterator[None]:
-    """Within this block each fact of a trace is read once and shared by every rule that
-    asks for it (the engine opens one per diagnosis; the trace does not change inside it)."""
-    token = _READINGS.set({})
-    try:
-        yield
-    finally:
-        _READINGS.reset(token)
-
-
-def read_once(name: str, sources: tuple[object, ...], read: Callable[[], _T]) -> _T:
-    """`read()`, or what it gave for the same `sources` earlier in this `one_reading` block."""
-    readings = _READINGS.get()
-    if readings is None:
-        return read()
-    key = (name, *map(id, sources))
-    if key not in readings:
-        readings[key] = (sources, read())  # keeps the sources alive: their ids stay theirs
-    value: _T = readings[key][1]
-    return value
-
-
 def said(fail: Failure) -> TextCues:
     """What the words of the error, the log around it and its code say it was doing."""
-    texts = (fail.oom.message, fail.context, *fail.source)
-    return read_once("text_cues", (fail,), lambda: text_cues(texts))
+    return fail.text_cues
 
 
 def message_said(fail: Failure) -> MessageCues:
     """What the error's own message says beyond its figures."""
-    return read_once("message_cues", (fail,), lambda: message_cues(fail.oom.message))
+    return fail.message_cues
 
 
 def growth_words(fail: Failure) -> GrowthCues:
     """What the error and the log before it say of memory growing: progress, a leak."""
-    return read_once("growth_cues", (fail,), lambda: growth_cues(fail.oom.message, fail.context))
+    return fail.growth_cues
 
 
 def failure(trace: Trace) -> Failure | None:
     """The OOM that ended the run (else the first recorded), with its stack and context."""
-    return read_once("failure", (trace,), lambda: _failure(trace))
-
-
-def _failure(trace: Trace) -> Failure | None:
     event = trace.ending_oom_event()
     if event is None:
         return None

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from memdoc.kinds import LimitKind, OomKind
-from memdoc.oom.hostcues import HostCues, host_cues
+from memdoc.oom.hostcues import HostCues
 from memdoc.rules.facts import (
     GPU_FRAMEWORKS,
     Curve,
@@ -14,7 +14,6 @@ from memdoc.rules.facts import (
     device_total,
     framework_at,
     framework_name,
-    read_once,
     root_pid,
     step_curve,
 )
@@ -270,7 +269,7 @@ def data_held(trace: Trace, fail: Failure) -> Held | None:
     its framework started (which also counts the framework's own caches). None when nothing
     was measured, or nothing held: no request can be weighed against zero bytes.
     """
-    held = read_once("data_held", (trace, fail), lambda: _data_held(trace, fail))
+    held = _data_held(trace, fail)
     return held if held is not None and held.held_bytes > 0 else None
 
 
@@ -361,8 +360,7 @@ def counted_against_limit(trace: Trace, fail: Failure) -> Counted | None:
 
 def cues_of(fail: Failure) -> HostCues:
     """What the words of the error, the log around it and its code say of the host."""
-    texts = (fail.oom.message, fail.context, *fail.source)
-    return read_once("host_cues", (fail,), lambda: host_cues(texts))
+    return fail.host_cues
 
 
 def in_data_loading(fail: Failure) -> bool:

@@ -6,6 +6,7 @@ import dataclasses
 
 from memdoc.rules.base import Finding, Fix
 from memdoc.rules.confidence import LIKELY, Signals
+from memdoc.rules.context import Facts
 from memdoc.rules.facts import GPU_FRAMEWORKS, series_named
 from memdoc.rules.spec import (
     RuleSpec,
@@ -66,7 +67,7 @@ def where_failed(trace: Trace) -> str:
 class _CrossRankRule(RuleSpec):
     """A catalogue entry that compares ranks; a single trace never triggers it."""
 
-    def check(self, trace: Trace) -> Finding | None:
+    def check(self, facts: Facts) -> Finding | None:
         return None
 
     def check_run(self, run: Run) -> list[Finding]:
@@ -164,7 +165,7 @@ log rarely come from the rank that caused it.
         signals = Signals.of(
             LIKELY, others_failed_later=bool(others), ended_in_oom=first.ending_oom() is not None
         )
-        return [self.ranked(self.finding(first, signals, summary, evidence), rank)]
+        return [self.ranked(self.finding(Facts(first), signals, summary, evidence), rank)]
 
 
 class RankMemorySkew(_CrossRankRule):
@@ -240,7 +241,7 @@ heaviest rank sets the limit for the whole job.
         )
         trace = next(t for t in run.traces if rank_of(run, t) == top_rank)
         finding = self.finding(
-            trace, Signals.of(LIKELY, top_rank_failed_first=top_failed), summary, evidence
+            Facts(trace), Signals.of(LIKELY, top_rank_failed_first=top_failed), summary, evidence
         )
         return [self.ranked(finding, top_rank)]
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import Signals
+from memdoc.rules.context import Facts
 from memdoc.rules.facts import Failure, message_said
 from memdoc.rules.spec import RuleSpec, count_evidence
-from memdoc.trace.reader import Trace
 
 # A context length a KV cache of N tokens holds, rounded down to this many tokens.
 CONTEXT_STEP = 256
@@ -75,7 +75,7 @@ def kv_cache_evidence(fail: Failure) -> list[Evidence]:
 
 def kv_cache_finding(
     rule: RuleSpec,
-    trace: Trace,
+    facts: Facts,
     fail: Failure,
     signals: Signals,
     summary: str,
@@ -85,7 +85,7 @@ def kv_cache_finding(
 ) -> Finding:
     """One rule's reading of a KV cache that did not fit, with the one setting it names."""
     return rule.finding(
-        trace,
+        facts,
         signals,
         summary,
         kv_cache_evidence(fail),

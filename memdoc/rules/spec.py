@@ -10,6 +10,7 @@ from typing import Any
 from memdoc.rules import confidence
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import Signals
+from memdoc.rules.context import Facts
 from memdoc.rules.host import gpu_recorded, on_host
 from memdoc.trace.model import FRAMEWORK_NAMES as PEOPLE_NAMES
 from memdoc.trace.model import KERAS, UNWATCHED_FRAMEWORK_NAMES, OomInfo
@@ -51,7 +52,7 @@ class RuleSpec:
     def __init__(self) -> None:
         self.doc: str = render_doc(self)
 
-    def check(self, trace: Trace) -> Finding | None:
+    def check(self, facts: Facts) -> Finding | None:
         raise NotImplementedError
 
     def ruled_out_by(self, oom: OomInfo) -> bool:
@@ -61,7 +62,7 @@ class RuleSpec:
 
     def common_cause(
         self,
-        trace: Trace,
+        facts: Facts,
         summary: str,
         evidence: Sequence[Evidence],
         *,
@@ -70,7 +71,7 @@ class RuleSpec:
     ) -> Finding:
         """A weak finding of this cause, for an error whose text alone cannot tell."""
         return self.finding(
-            trace,
+            facts,
             Signals(confidence.WEAK),
             summary,
             evidence,
@@ -80,7 +81,7 @@ class RuleSpec:
 
     def finding(
         self,
-        trace: Trace,
+        facts: Facts,
         signals: Signals,
         summary: str,
         evidence: Iterable[Evidence],
@@ -96,6 +97,7 @@ class RuleSpec:
         `fixes` narrows the rule's fixes to those the evidence calls for.
         """
         chosen = fixes_for(self.fixes if fixes is None else fixes, frameworks)
+        trace = facts.trace
         host = cpu_only(trace)
         return Finding(
             rule=self.slug,

@@ -122,7 +122,7 @@ def test_a_finding_capped_from_an_error_text_says_so() -> None:
         slug, code, title, doc = "over-time", "MD999", "t", ""
         needs_recording = True
 
-        def check(self, trace: object) -> Finding:
+        def check(self, facts: object) -> Finding:
             return Finding("over-time", "MD999", "t", 0.85, "s", reasons=("grew by half",))
 
     found = check_rule(OverTime(), text_trace(text, oom))  # type: ignore[arg-type]

@@ -9,10 +9,11 @@ import pytest
 
 from memdoc.rules.base import Finding
 from memdoc.rules.confidence import confidence_word
+from memdoc.rules.context import Facts
 from memdoc.rules.engine import diagnose, diagnose_run, explain_text, to_json
 from memdoc.rules.registry import RULES
 from memdoc.rules.words import explain_in_words
-from memdoc.trace import OomInfo, ProcessUsage, Trace, load_trace
+from memdoc.trace import OomInfo, ProcessUsage, load_trace
 from memdoc.trace.reader import Run
 from tests.rules.fixture_cases import RULE_FIXTURES
 from tests.rules.recorder import GiB, MiB, Recorder, train_steps
@@ -35,7 +36,7 @@ class _BrokenRule:
     title = "always raises"
     doc = ""
 
-    def check(self, trace: Trace) -> Finding | None:
+    def check(self, facts: Facts) -> Finding | None:
         raise ZeroDivisionError("a bug in the rule")
 
 

@@ -206,7 +206,7 @@ def test_a_diagnosis_reads_the_failure_and_the_data_held_once(
         RULE_FIXTURES / "xla-temp-buffers" / "hit-request-far-above-live-arrays.memdoc"
     )
     reads: list[str] = []
-    failure_of, data_held_of = facts._failure, host._data_held
+    failure_of, data_held_of = facts.failure, host.data_held
 
     def counted_failure(t: Trace) -> Failure | None:
         reads.append("failure")
@@ -216,8 +216,8 @@ def test_a_diagnosis_reads_the_failure_and_the_data_held_once(
         reads.append("data held")
         return data_held_of(t, fail)
 
-    monkeypatch.setattr(facts, "_failure", counted_failure)
-    monkeypatch.setattr(host, "_data_held", counted_data_held)
+    monkeypatch.setattr(facts, "failure", counted_failure)
+    monkeypatch.setattr(host, "data_held", counted_data_held)
 
     findings = diagnose(trace)
 
@@ -226,9 +226,30 @@ def test_a_diagnosis_reads_the_failure_and_the_data_held_once(
     assert [f.rule for f in findings][:1] == ["xla-temp-buffers"]
     assert reads.count("failure") == 1
     assert reads.count("data held") == 1
-    # Outside a diagnosis nothing is kept: a second diagnosis reads afresh.
+    # Nothing is kept between diagnoses: a second one reads afresh (the trace may have grown).
     diagnose(trace)
     assert reads.count("failure") == 2
+
+
+def test_the_words_of_a_failure_are_read_once_by_the_recogniser(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    trace = load_trace(
+        RULE_FIXTURES / "xla-temp-buffers" / "hit-request-far-above-live-arrays.memdoc"
+    )
+    reads: list[str] = []
+    text_cues_of = facts.text_cues
+
+    def counted(texts: object) -> object:
+        reads.append("text")
+        return text_cues_of(texts)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(facts, "text_cues", counted)
+
+    diagnose(trace)
+
+    # Several rules ask what the words said (a phase, a library, a limit): one reading.
+    assert reads == ["text"]
 
 
 OTHER_ERROR = "RuntimeError: something else went wrong entirely here"

@@ -65,7 +65,7 @@ def test_evidence_carries_numbers_with_units() -> None:
     for case in CASES:
         if case.slug not in RULES or case.expect == "none":
             continue
-        finding = RULES[case.slug].check(case.trace())
+        finding = check_rule(RULES[case.slug], case.trace())
         assert finding is not None
         for evidence in finding.evidence:
             assert evidence.text

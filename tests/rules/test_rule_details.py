@@ -167,7 +167,7 @@ def test_processes_the_message_names_are_others_only_when_not_of_this_job(
     rec.oom(1.0, oom)  # no NVML per-process figures: only the message names the processes
     rec.end(1.5, exit_code=1)
 
-    found = RULES["other-process"].check(load_trace(tmp_path / "run.memdoc"))
+    found = check_rule(RULES["other-process"], load_trace(tmp_path / "run.memdoc"))
 
     assert (found is not None) is other_process
 

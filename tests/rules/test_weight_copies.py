@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from memdoc.rules.causes.leak_across_steps import weight_copies
+from memdoc.rules.context import Facts
 from memdoc.rules.engine import diagnose
 from memdoc.trace import Trace, load_trace
 from memdoc.units import MiB
@@ -43,12 +44,12 @@ def test_growth_that_is_not_a_whole_number_of_copies_says_nothing_of_weights(
     tmp_path: Path,
 ) -> None:
     trace = _with_model(tmp_path, 8 * MiB)
-    assert weight_copies(trace, 8.3 * MiB) == (1, 8 * MiB)
-    assert weight_copies(trace, 16.5 * MiB) == (2, 8 * MiB)
-    assert weight_copies(trace, 12 * MiB) is None  # one and a half models: something else
-    assert weight_copies(trace, 3 * MiB) is None  # less than a model
-    assert weight_copies(trace, 80 * MiB) is None  # ten models a step: not a snapshot
-    assert weight_copies(_with_model(tmp_path, 0.25 * MiB), 0.25 * MiB) is None  # too small
+    assert weight_copies(Facts(trace), 8.3 * MiB) == (1, 8 * MiB)
+    assert weight_copies(Facts(trace), 16.5 * MiB) == (2, 8 * MiB)
+    assert weight_copies(Facts(trace), 12 * MiB) is None  # one and a half models: something else
+    assert weight_copies(Facts(trace), 3 * MiB) is None  # less than a model
+    assert weight_copies(Facts(trace), 80 * MiB) is None  # ten models a step: not a snapshot
+    assert weight_copies(Facts(_with_model(tmp_path, 0.25 * MiB)), 0.25 * MiB) is None  # too small
     # The leak beside a mapped dataset (3 MiB a step, a 64 KiB model) says nothing of them.
     mapped = load_trace(FOLDER / "hit-leak-beside-mapped-reads.memdoc")
     leak = next(f for f in diagnose(mapped) if f.rule == "leak-across-steps")

@@ -8,26 +8,18 @@ from dataclasses import dataclass
 from memdoc.kinds import OomKind
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, WEAK, Signals
+from memdoc.rules.context import Facts
 from memdoc.rules.facts import (
     Curve,
     Failure,
     baselines,
-    failed_device,
-    failure,
-    frameworks,
     innermost_frames,
     specific_library,
-    step_curve,
     step_phase,
     tiny_request,
 )
 from memdoc.rules.host import (
     Limit,
-    counted_against_limit,
-    curve_capacity,
-    host_limits,
-    on_host,
-    resident_at_failure,
 )
 from memdoc.rules.ledger import cached_unused_bytes, held_bytes, room_was_left, sizeable_cache
 from memdoc.rules.serving import (
@@ -47,8 +39,7 @@ from memdoc.rules.spec import (
 from memdoc.rules.trend import fit_trend
 from memdoc.thresholds import nearly_full
 from memdoc.trace.model import OomInfo
-from memdoc.trace.phases import BatchSearch, batch_search
-from memdoc.trace.reader import Trace
+from memdoc.trace.phases import BatchSearch
 from memdoc.units import format_bytes
 
 GPU_KINDS = (OomKind.ALLOCATOR, OomKind.COMPILE)
@@ -159,27 +150,27 @@ job fails in the first steps, or on the first unusually long or large input.
         ),
     )
 
-    def check(self, trace: Trace) -> Finding | None:
-        fail = failure(trace)
-        search = batch_search(trace) if not trace.is_text_only else None
+    def check(self, facts: Facts) -> Finding | None:
+        fail = facts.failure
+        search = facts.batch_search
         if search is not None and search.ran_out and search.trained is not None:
-            return self._searched(trace, fail, search)
-        if not trace.is_text_only:
-            device = failed_device(trace, fail.oom if fail else None)
-            curve = step_curve(trace, device if device is not None and device >= 0 else None)
+            return self._searched(facts, fail, search)
+        if not facts.is_text_only:
+            device = facts.failed_device(fail.oom if fail else None)
+            curve = facts.step_curve(device if device is not None and device >= 0 else None)
             if curve is not None and len(curve.steps) >= 2:
-                return self._recorded(trace, fail, curve)
+                return self._recorded(facts, fail, curve)
         if fail is None:
             return None
-        if not trace.is_text_only and on_host(trace, fail.oom):
-            found = self._inside_a_step(trace, fail)
+        if not facts.is_text_only and facts.on_host(fail.oom):
+            found = self._inside_a_step(facts, fail)
             if found is not None:
                 return found
         if kv_cache_short(fail):
-            return self._kv_cache(trace, fail)
-        return self._from_text(trace, fail)
+            return self._kv_cache(facts, fail)
+        return self._from_text(facts, fail)
 
-    def _searched(self, trace: Trace, fail: Failure | None, search: BatchSearch) -> Finding:
+    def _searched(self, facts: Facts, fail: Failure | None, search: BatchSearch) -> Finding:
         """A batch-size finder ran out at the larger sizes and trained at a smaller one: the
         step's working set, which grows with the batch, is what did not fit."""
         failed = sorted(set(search.ran_out))
@@ -195,12 +186,12 @@ job fails in the first steps, or on the first unusually long or large input.
             count_evidence("smallest size that ran out", smallest_failed),
             count_evidence("size that trained", search.trained or 0),
         ]
-        room = search_room(trace, fail, search) if fail is not None else None
+        room = search_room(facts, fail, search) if fail is not None else None
         if room is not None:
             summary += " " + room.words()
             evidence += room.evidence()
         return self.finding(
-            trace,
+            facts,
             Signals.of(LIKELY, several_sizes_ran_out=len(failed) >= 2),
             summary,
             evidence,
@@ -208,10 +199,10 @@ job fails in the first steps, or on the first unusually long or large input.
                 f"`memdoc headroom` between {search.trained} and {smallest_failed} finds the "
                 "largest size that fits with a margin"
             ),
-            frameworks=frameworks(trace, fail.oom if fail else None),
+            frameworks=facts.frameworks(fail.oom if fail else None),
         )
 
-    def _kv_cache(self, trace: Trace, fail: Failure) -> Finding:
+    def _kv_cache(self, facts: Facts, fail: Failure) -> Finding:
         """vLLM's cache for the context asked for is the serving engine's working set."""
         summary = (
             "vLLM could not fit the KV cache for the context length asked for in the memory "
@@ -220,7 +211,7 @@ job fails in the first steps, or on the first unusually long or large input.
         )
         return kv_cache_finding(
             self,
-            trace,
+            facts,
             fail,
             Signals(WEAK if kv_cache_empty(fail) else POSSIBLE),
             summary,
@@ -229,16 +220,16 @@ job fails in the first steps, or on the first unusually long or large input.
             fix=shorter_context_fix(fail),
         )
 
-    def _inside_a_step(self, trace: Trace, fail: Failure) -> Finding | None:
+    def _inside_a_step(self, facts: Facts, fail: Failure) -> Finding | None:
         """Failed in a forward or backward pass before steps could be compared: the step's
         working set is the first suspect, the more so in the very first step."""
         phase = step_phase(fail)
         if phase is None:
             return None
-        first = not any(t <= fail.t for t in trace.steps().times())
+        first = not any(t <= fail.t for t in facts.trace.steps().times())
         requested = fail.oom.requested_bytes
-        resident = resident_at_failure(trace, fail)
-        limits = host_limits(trace, fail.pid, fail.host)
+        resident = facts.resident_at_failure(fail)
+        limits = facts.host_limits(fail.pid, fail.host)
         evidence: list[Evidence] = [
             Evidence(f"failed in the {phase} pass: {innermost_frames(fail)}")
         ]
@@ -257,15 +248,15 @@ job fails in the first steps, or on the first unusually long or large input.
             summary += f" under the {format_bytes(limits[0].limit_bytes)} {limits[0].label}"
         summary += ": what the step keeps for backward does not fit."
         return self.finding(
-            trace,
+            facts,
             Signals.of(LIKELY, first_step=first, sizeable_request=sizeable),
             summary,
             evidence,
             to_confirm="halve the batch: the failing request (and the peak) should halve too",
-            frameworks=frameworks(trace, fail.oom),
+            frameworks=facts.frameworks(fail.oom),
         )
 
-    def _recorded(self, trace: Trace, fail: Failure | None, curve: Curve) -> Finding | None:
+    def _recorded(self, facts: Facts, fail: Failure | None, curve: Curve) -> Finding | None:
         pairs = [
             (prev.baseline, s.peak)
             for prev, s in zip(curve.steps, curve.steps[1:], strict=False)
@@ -277,9 +268,9 @@ job fails in the first steps, or on the first unusually long or large input.
         peak = max(p for _, p in pairs)
         if fail is not None:
             # The step that failed never ended: its peak is what was reached before the error.
-            peak = max(peak, _peak_until(trace, curve, fail.t) or 0.0)
+            peak = max(peak, _peak_until(facts, curve, fail.t) or 0.0)
         rise = statistics.median(p - b for b, p in pairs)
-        total = curve_capacity(trace, curve, fail.oom if fail else None)
+        total = facts.curve_capacity(curve, fail.oom if fail else None)
         near_full = bool(total) and nearly_full(peak, float(total or 0))
         large = baseline > 0 and rise >= LARGE_RISE * baseline
         trend = fit_trend(baselines(curve.steps))
@@ -315,14 +306,14 @@ job fails in the first steps, or on the first unusually long or large input.
                     " look at what else holds the memory first."
                 )
         return self.finding(
-            trace,
+            facts,
             signals,
             summary,
             evidence,
-            frameworks=frameworks(trace, fail.oom if fail else None),
+            frameworks=facts.frameworks(fail.oom if fail else None),
         )
 
-    def _from_text(self, trace: Trace, fail: Failure) -> Finding | None:
+    def _from_text(self, facts: Facts, fail: Failure) -> Finding | None:
         oom = fail.oom
         if oom.framework == "host" or specific_library(oom) is not None or oom.phase == "load":
             return None
@@ -334,7 +325,7 @@ job fails in the first steps, or on the first unusually long or large input.
         if oom.requested_unknown_huge or (requested and total and requested > total):
             return None  # one impossible request: single-allocation-too-large
         if requested is None or not total:
-            return self._without_sizes(trace, oom)
+            return self._without_sizes(facts, oom)
         held = held_bytes(oom)
         cached = cached_unused_bytes(oom)
         evidence = [
@@ -369,15 +360,15 @@ job fails in the first steps, or on the first unusually long or large input.
                 shape_known=oom.shape is not None,
             )
         return self.finding(
-            trace,
+            facts,
             signals,
             summary,
             evidence,
             to_confirm=TO_CONFIRM,
-            frameworks=frameworks(trace, oom),
+            frameworks=facts.frameworks(oom),
         )
 
-    def _without_sizes(self, trace: Trace, oom: OomInfo) -> Finding:
+    def _without_sizes(self, facts: Facts, oom: OomInfo) -> Finding:
         if oom.shape is not None and not oom.xla_buffers and tiny_request(oom):
             signals = Signals(WEAK)
             summary = (
@@ -398,12 +389,12 @@ job fails in the first steps, or on the first unusually long or large input.
                 "The job ran out of memory; the usual reason is a step that needs more than fits."
             )
         return self.finding(
-            trace,
+            facts,
             signals,
             summary,
             _shape_evidence(oom),
             to_confirm=TO_CONFIRM,
-            frameworks=frameworks(trace, oom),
+            frameworks=facts.frameworks(oom),
         )
 
 
@@ -456,10 +447,10 @@ class SearchRoom:
         return out
 
 
-def search_room(trace: Trace, fail: Failure, search: BatchSearch) -> SearchRoom | None:
+def search_room(facts: Facts, fail: Failure, search: BatchSearch) -> SearchRoom | None:
     """The chosen size's peak against the limit that stopped the larger sizes, measured as
     that limit counts (`counted_against_limit`); None where the trace cannot tell."""
-    counted = counted_against_limit(trace, fail)
+    counted = facts.counted_against_limit(fail)
     tries = search.try_times
     if counted is None or search.trained is None or not tries:
         return None
@@ -467,7 +458,7 @@ def search_room(trace: Trace, fail: Failure, search: BatchSearch) -> SearchRoom 
     trained_from = max((t for t, size in search.try_marks if size == search.trained), default=None)
     if trained_from is None:
         return None
-    until = search.chosen_t if search.chosen_t is not None else trace.duration_s
+    until = search.chosen_t if search.chosen_t is not None else facts.trace.duration_s
     peak = counted.series.max_between(trained_from, until)
     before = counted.series.at(start)
     if peak is None or before is None:
@@ -490,13 +481,13 @@ def _sizes(sizes: list[int]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
-def _peak_until(trace: Trace, curve: Curve, t: float) -> float | None:
+def _peak_until(facts: Facts, curve: Curve, t: float) -> float | None:
     """Highest value of the curve (and its interval peaks) from the last step end to `t`."""
     start = curve.steps[-1].t_end if curve.steps else 0.0
     found = [
         top
         for metric in (curve.metric, curve.metric + "_peak")
-        if (series := trace.series(metric, curve.device, curve.pid)) is not None
+        if (series := facts.trace.series(metric, curve.device, curve.pid)) is not None
         and (top := series.max_between(start, t)) is not None
     ]
     return max(found) if found else None

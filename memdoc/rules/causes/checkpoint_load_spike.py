@@ -7,8 +7,8 @@ from memdoc.oom.frames import in_file
 from memdoc.oom.names import has_stem, has_words
 from memdoc.rules.base import Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, Signals
-from memdoc.rules.facts import Failure, failed_device, failure, frameworks, said, series_named
-from memdoc.rules.host import host_limits
+from memdoc.rules.context import Facts
+from memdoc.rules.facts import Failure, said
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
@@ -16,7 +16,6 @@ from memdoc.rules.spec import (
     ratio_evidence,
     snippet,
 )
-from memdoc.trace.reader import Trace
 from memdoc.units import GiB, format_bytes
 
 # Stems of a phase mark's label that loads saved state ("load_checkpoint", "Restoring").
@@ -134,10 +133,10 @@ model trains fine once loaded.
         ("safetensors", "https://huggingface.co/docs/safetensors/index"),
     )
 
-    def check(self, trace: Trace) -> Finding | None:
-        fail = failure(trace)
-        if not trace.is_text_only:
-            found = self._recorded_spike(trace, fail)
+    def check(self, facts: Facts) -> Finding | None:
+        fail = facts.failure
+        if not facts.is_text_only:
+            found = self._recorded_spike(facts, fail)
             if found is not None:
                 return found
         if fail is None or fail.oom.framework == "host":
@@ -149,54 +148,56 @@ model trains fine once loaded.
             or said(fail).checkpoint_loading
         )
         if not loading:
-            return self._loading_phase(trace, fail)
+            return self._loading_phase(facts, fail)
         summary = "The error happened while a checkpoint was being loaded."
-        if cpu_only(trace):
+        if cpu_only(facts.trace):
             summary = (
                 "The error happened while a checkpoint was being loaded: the model's "
                 "parameters and the loaded copy were in host memory at once."
             )
         return self.finding(
-            trace,
+            facts,
             Signals(LIKELY),
             summary,
             [],
-            to_confirm=_to_confirm(trace),
-            frameworks=frameworks(trace, fail.oom),
-            fixes=_fixes_under(trace, fail),
+            to_confirm=_to_confirm(facts),
+            frameworks=facts.frameworks(fail.oom),
+            fixes=_fixes_under(facts, fail),
         )
 
-    def _loading_phase(self, trace: Trace, fail: Failure) -> Finding | None:
+    def _loading_phase(self, facts: Facts, fail: Failure) -> Finding | None:
         """The text says the job was loading, but not where: a checkpoint is one reading."""
         if fail.oom.phase != "load":
             return None
         return self.finding(
-            trace,
+            facts,
             Signals(POSSIBLE),
             "The error came while loading; loading a checkpoint "
-            + ("" if cpu_only(trace) else "onto the GPU ")
+            + ("" if cpu_only(facts.trace) else "onto the GPU ")
             + "is one cause.",
             [],
-            to_confirm=_to_confirm(trace),
-            frameworks=frameworks(trace, fail.oom),
-            fixes=_fixes_under(trace, fail),
+            to_confirm=_to_confirm(facts),
+            frameworks=facts.frameworks(fail.oom),
+            fixes=_fixes_under(facts, fail),
         )
 
-    def _recorded_spike(self, trace: Trace, fail: Failure | None) -> Finding | None:
-        marks = [m for m in trace.marks() if has_stem(str(m.data.get("label", "")), _LOAD_LABEL)]
-        device = failed_device(trace, fail.oom if fail else None)
+    def _recorded_spike(self, facts: Facts, fail: Failure | None) -> Finding | None:
+        marks = [
+            m for m in facts.trace.marks() if has_stem(str(m.data.get("label", "")), _LOAD_LABEL)
+        ]
+        device = facts.failed_device(fail.oom if fail else None)
         allocated = [
             s
-            for s in series_named(trace, "torch.allocated")
+            for s in facts.series_named("torch.allocated")
             if device is None or s.key.device == device
         ]
         if not marks or not allocated:
             return None
         series = max(allocated, key=lambda s: max(s.values) if len(s) else 0.0)
-        boundaries = sorted({e.t for e in trace.marks()} | set(trace.steps().times()))
+        boundaries = sorted({e.t for e in facts.trace.marks()} | set(facts.trace.steps().times()))
         for mark in marks:
             later = [t for t in boundaries if t > mark.t]
-            end = later[0] if later else trace.duration_s
+            end = later[0] if later else facts.trace.duration_s
             peak = series.max_between(mark.t, end)
             after = series.at(end)
             if peak is None:
@@ -223,12 +224,12 @@ model trains fine once loaded.
                     else f", {ratio:.1f}x what remained after."
                 )
             )
-            return self.finding(trace, signals, summary, evidence, frameworks=frameworks(trace))
+            return self.finding(facts, signals, summary, evidence, frameworks=facts.frameworks())
         return None
 
 
-def _to_confirm(trace: Trace) -> str:
-    if cpu_only(trace):
+def _to_confirm(facts: Facts) -> str:
+    if cpu_only(facts.trace):
         return (
             "build the model on the meta device and load with `assign=True`; the peak while "
             "loading should drop by the size of the weights"
@@ -236,10 +237,10 @@ def _to_confirm(trace: Trace) -> str:
     return 'check `map_location` in torch.load; load to "cpu" and compare'
 
 
-def _fixes_under(trace: Trace, fail: Failure) -> tuple[Fix, ...]:
+def _fixes_under(facts: Facts, fail: Failure) -> tuple[Fix, ...]:
     """The rule's fixes, less a memory-mapped load where an address-space cap applied: a
     mapping counts against the cap as much as a copy does, so it cannot help there."""
-    limits = host_limits(trace, fail.pid, fail.host)
+    limits = facts.host_limits(fail.pid, fail.host)
     if not (limits and limits[0].kind == LimitKind.RLIMIT_AS):
         return RULE.fixes
     return tuple(f for f in RULE.fixes if "mmap=True" not in f.code)

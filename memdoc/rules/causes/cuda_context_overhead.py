@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 from memdoc.rules.base import Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, Signals
-from memdoc.rules.facts import device_name, failed_device, failure, frameworks
+from memdoc.rules.context import Facts
+from memdoc.rules.facts import device_name
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
@@ -14,7 +15,6 @@ from memdoc.rules.spec import (
     snippet,
 )
 from memdoc.trace.model import Metric, OomInfo
-from memdoc.trace.reader import Trace
 from memdoc.units import GiB, MiB, format_bytes
 
 # What a process that only holds a context (and a little more) uses on a device.
@@ -93,23 +93,23 @@ processes that touch CUDA add one context each.
         ),
     )
 
-    def check(self, trace: Trace) -> Finding | None:
-        fail = failure(trace)
+    def check(self, facts: Facts) -> Finding | None:
+        fail = facts.failure
         oom = fail.oom if fail is not None else None
-        if not trace.is_text_only:
-            found = self._recorded(trace, oom)
+        if not facts.is_text_only:
+            found = self._recorded(facts, oom)
             if found is not None:
                 return found
-        return self._in_text(trace, oom) if oom is not None else None
+        return self._in_text(facts, oom) if oom is not None else None
 
-    def _recorded(self, trace: Trace, oom: OomInfo | None) -> Finding | None:
+    def _recorded(self, facts: Facts, oom: OomInfo | None) -> Finding | None:
         """Several of our processes on one device, most of them with a context-sized share."""
-        ours = trace.our_pids()
-        failed = failed_device(trace, oom)
-        for device in trace.devices():
+        ours = facts.trace.our_pids()
+        failed = facts.failed_device(oom)
+        for device in facts.trace.devices():
             footprints = [
                 top[1]
-                for s in trace.series_for(Metric.GPU_PROC_USED, device=device.index)
+                for s in facts.trace.series_for(Metric.GPU_PROC_USED, device=device.index)
                 if s.key.pid in ours and (top := s.max()) is not None
             ]
             small = [b for b in footprints if CONTEXT_MIN_BYTES <= b <= CONTEXT_MAX_BYTES]
@@ -121,7 +121,7 @@ processes that touch CUDA add one context each.
                 failed_there=oom is not None and failed == device.index,
             )
             return self._report(
-                trace,
+                facts,
                 device=device.index,
                 processes=len(footprints),
                 small=small,
@@ -130,7 +130,7 @@ processes that touch CUDA add one context each.
             )
         return None
 
-    def _in_text(self, trace: Trace, oom: OomInfo) -> Finding | None:
+    def _in_text(self, facts: Facts, oom: OomInfo) -> Finding | None:
         small = [
             p.used_bytes
             for p in oom.processes
@@ -141,7 +141,7 @@ processes that touch CUDA add one context each.
         if len(small) < 2:
             return None
         return self._report(
-            trace,
+            facts,
             device=oom.device,
             processes=len(oom.processes),
             small=small,
@@ -151,7 +151,7 @@ processes that touch CUDA add one context each.
 
     def _report(
         self,
-        trace: Trace,
+        facts: Facts,
         *,
         device: int | None,
         processes: int,
@@ -171,7 +171,7 @@ processes that touch CUDA add one context each.
         ]
         if sum(small) < 1 * GiB:
             signals = signals.at_most(POSSIBLE)
-        return self.finding(trace, signals, summary, evidence, frameworks=frameworks(trace, oom))
+        return self.finding(facts, signals, summary, evidence, frameworks=facts.frameworks(oom))
 
 
 RULE = CudaContextOverhead()

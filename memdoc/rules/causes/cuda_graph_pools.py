@@ -4,15 +4,10 @@ from __future__ import annotations
 
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals
+from memdoc.rules.context import Facts
 from memdoc.rules.facts import (
     Failure,
-    device_total,
-    failed_device,
-    failure,
-    framework_at,
-    frameworks,
     said,
-    series_named,
 )
 from memdoc.rules.spec import (
     RuleSpec,
@@ -21,7 +16,6 @@ from memdoc.rules.spec import (
     snippet,
 )
 from memdoc.trace.model import Metric
-from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes
 
 # Words of a function that captures or replays a CUDA graph; any other "graph" is not one.
@@ -102,14 +96,14 @@ the total can be gigabytes.
         ),
     )
 
-    def check(self, trace: Trace) -> Finding | None:
-        fail = failure(trace)
+    def check(self, facts: Facts) -> Finding | None:
+        fail = facts.failure
         if fail is None:
             return None
         oom = fail.oom
-        device = failed_device(trace, oom)
-        total = device_total(trace, device, oom)
-        private = _private_bytes(trace, fail, device)
+        device = facts.failed_device(oom)
+        total = facts.device_total(device, oom)
+        private = _private_bytes(facts, fail, device)
         if private and total and private >= max(GRAPH_POOL_SHARE * total, oom.requested_bytes or 0):
             evidence: list[Evidence] = [
                 bytes_evidence("allocated in private pools", private),
@@ -121,35 +115,35 @@ the total can be gigabytes.
                 "the failed request."
             )
             return self.finding(
-                trace,
+                facts,
                 Signals(STRONG if large_share else LIKELY),
                 summary,
                 evidence,
-                frameworks=frameworks(trace, oom),
+                frameworks=facts.frameworks(oom),
             )
         if fail.in_frames(function_words=CAPTURE_WORDS) or said(fail).cuda_graph_capture:
             summary = "The error happened while capturing a CUDA graph."
             return self.finding(
-                trace,
+                facts,
                 Signals(POSSIBLE),
                 summary,
                 [],
                 to_confirm="count the graphs captured (one per batch size or shape)",
-                frameworks=frameworks(trace, oom),
+                frameworks=facts.frameworks(oom),
             )
         return None
 
 
-def _private_bytes(trace: Trace, fail: Failure, device: int | None) -> float | None:
+def _private_bytes(facts: Facts, fail: Failure, device: int | None) -> float | None:
     if fail.oom.private_pool_bytes is not None:
         return fail.oom.private_pool_bytes
     if (
-        trace.is_text_only
+        facts.is_text_only
         or device is None
-        or not series_named(trace, "torch." + Metric.PRIVATE_POOL)
+        or not facts.series_named("torch." + Metric.PRIVATE_POOL)
     ):
         return None
-    return framework_at(trace, Metric.PRIVATE_POOL, device, fail.t)
+    return facts.framework_at(Metric.PRIVATE_POOL, device, fail.t)
 
 
 RULE = CudaGraphPools()

@@ -5,14 +5,14 @@ from __future__ import annotations
 from memdoc.oom.names import has_words
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals
-from memdoc.rules.facts import Failure, failure, frameworks, said
+from memdoc.rules.context import Facts
+from memdoc.rules.facts import Failure, said
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
     ratio_evidence,
     snippet,
 )
-from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes
 
 # Words of a convolution's function or op name (`_conv_forward`, `Conv2DBackpropFilter`).
@@ -94,12 +94,12 @@ already full, cuDNN cannot even create its handle ("Failed to get convolution al
         ),
     )
 
-    def check(self, trace: Trace) -> Finding | None:
-        fail = failure(trace)
+    def check(self, facts: Facts) -> Finding | None:
+        fail = facts.failure
         if fail is None:
             return None
         oom = fail.oom
-        involved = frameworks(trace, oom)
+        involved = facts.frameworks(oom)
         if said(fail).workspace_limit:
             evidence: list[Evidence] = []
             if oom.requested_bytes:
@@ -107,11 +107,11 @@ already full, cuDNN cannot even create its handle ("Failed to get convolution al
             if oom.limit_bytes:
                 evidence.append(bytes_evidence("autotuning limit", oom.limit_bytes))
             summary = "Every convolution algorithm tried needed more scratch memory than allowed."
-            return self.finding(trace, Signals(STRONG), summary, evidence, frameworks=involved)
+            return self.finding(facts, Signals(STRONG), summary, evidence, frameworks=involved)
         if oom.library == "cudnn":
             summary = "cuDNN could not get memory for its handle or its convolution workspace."
             return self.finding(
-                trace,
+                facts,
                 # Possible, not likely: in real threads a cuDNN failure was settled by
                 # memory growth or a smaller batch as often as by the workspace itself.
                 Signals(POSSIBLE),
@@ -123,9 +123,9 @@ already full, cuDNN cannot even create its handle ("Failed to get convolution al
                 ),
                 frameworks=involved,
             )
-        return self._large_conv_request(trace, fail)
+        return self._large_conv_request(facts, fail)
 
-    def _large_conv_request(self, trace: Trace, fail: Failure) -> Finding | None:
+    def _large_conv_request(self, facts: Facts, fail: Failure) -> Finding | None:
         oom = fail.oom
         in_conv = (oom.op is not None and has_words(oom.op, CONV_WORDS)) or fail.in_frames(
             function_words=CONV_WORDS
@@ -144,7 +144,7 @@ already full, cuDNN cannot even create its handle ("Failed to get convolution al
             ratio_evidence("request / allocated", requested / allocated),
         ]
         return self.finding(
-            trace, Signals(LIKELY), summary, evidence, frameworks=frameworks(trace, oom)
+            facts, Signals(LIKELY), summary, evidence, frameworks=facts.frameworks(oom)
         )
 
 

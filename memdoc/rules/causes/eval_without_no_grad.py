@@ -9,15 +9,12 @@ from memdoc.oom.frames import file_name, frame_parts
 from memdoc.oom.names import has_stem, has_words
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, Signals
+from memdoc.rules.context import Facts
 from memdoc.rules.facts import (
     Curve,
     Failure,
-    failed_device,
-    failure,
-    frameworks,
     said,
     short_frame,
-    step_curve,
     step_phase,
 )
 from memdoc.rules.spec import (
@@ -27,8 +24,7 @@ from memdoc.rules.spec import (
     snippet,
 )
 from memdoc.trace.model import Event, Metric
-from memdoc.trace.phases import phase_at
-from memdoc.trace.reader import Series, Trace
+from memdoc.trace.reader import Series
 from memdoc.units import format_bytes
 
 # Stems of a phase mark's label that evaluates or samples ("validation", "generate").
@@ -144,22 +140,22 @@ graph alive for as long as they are referenced, for example in a list of predict
         ),
     )
 
-    def check(self, trace: Trace) -> Finding | None:
-        fail = failure(trace)
-        involved = frameworks(trace, fail.oom if fail else None)
+    def check(self, facts: Facts) -> Finding | None:
+        fail = facts.failure
+        involved = facts.frameworks(fail.oom if fail else None)
         if involved and "pytorch" not in involved:
             return None  # only PyTorch records graphs during a plain forward pass
-        if fail is not None and _gradients_were_off(trace, fail):
+        if fail is not None and _gradients_were_off(facts, fail):
             return None  # turning autograd off cannot help where the loop had done it
-        if not trace.is_text_only:
-            found = self._recorded(trace, fail)
+        if not facts.is_text_only:
+            found = self._recorded(facts, fail)
             if found is not None:
                 return found
         if fail is None:
             return None
-        return self._volatile(trace, fail) or self._from_frames(trace, fail)
+        return self._volatile(facts, fail) or self._from_frames(facts, fail)
 
-    def _volatile(self, trace: Trace, fail: Failure) -> Finding | None:
+    def _volatile(self, facts: Facts, fail: Failure) -> Finding | None:
         """PyTorch 0.4 dropped `volatile=True` and warns when code still passes it: code that
         relied on it to turn autograd off now builds a graph on every inference pass."""
         if not said(fail).volatile:
@@ -169,14 +165,14 @@ graph alive for as long as they are referenced, for example in a list of predict
             "autograd off, so every inference pass keeps its graph."
         )
         evidence = [Evidence("PyTorch's warning: volatile was removed and now has no effect")]
-        return self.finding(trace, Signals(LIKELY), summary, evidence, frameworks=["pytorch"])
+        return self.finding(facts, Signals(LIKELY), summary, evidence, frameworks=["pytorch"])
 
-    def _recorded(self, trace: Trace, fail: Failure | None) -> Finding | None:
-        device = failed_device(trace, fail.oom if fail else None)
-        curve = step_curve(trace, device if device is not None and device >= 0 else None)
+    def _recorded(self, facts: Facts, fail: Failure | None) -> Finding | None:
+        device = facts.failed_device(fail.oom if fail else None)
+        curve = facts.step_curve(device if device is not None and device >= 0 else None)
         if curve is None or len(curve.steps) < 2:
             return None
-        spans = _eval_spans(trace)
+        spans = _eval_spans(facts)
         frame = _eval_frame(fail) if fail is not None and not spans else None
         # Evaluation known only from forward passes long after the last step: whether they
         # ran with gradients on is not known (kept outputs grow memory too), so at most
@@ -189,8 +185,8 @@ graph alive for as long as they are referenced, for example in a list of predict
         if fail is not None and frame is not None:
             trained = [s.t_end for s in curve.steps if s.t_end <= fail.t]
             spans = [_Span(frame, trained[-1], fail.t)] if trained else []
-        series = trace.series(curve.metric, curve.device, curve.pid)
-        peaks = trace.series(curve.metric + "_peak", curve.device, curve.pid)
+        series = facts.trace.series(curve.metric, curve.device, curve.pid)
+        peaks = facts.trace.series(curve.metric + "_peak", curve.device, curve.pid)
         rises = [
             s.peak - prev.baseline
             for prev, s in zip(curve.steps, curve.steps[1:], strict=False)
@@ -245,7 +241,7 @@ graph alive for as long as they are referenced, for example in a list of predict
             )
             evidence[0] = Evidence(f"forward passes after the last step, in: {frame}")
         return self.finding(
-            trace,
+            facts,
             signals,
             summary,
             evidence,
@@ -258,7 +254,7 @@ graph alive for as long as they are referenced, for example in a list of predict
             frameworks=["pytorch"],
         )
 
-    def _from_frames(self, trace: Trace, fail: Failure) -> Finding | None:
+    def _from_frames(self, facts: Facts, fail: Failure) -> Finding | None:
         if not _in_eval_frames(fail):
             return None
         summary = (
@@ -268,7 +264,7 @@ graph alive for as long as they are referenced, for example in a list of predict
         frame = _eval_frame(fail)
         evidence = [Evidence(f"failed in evaluation code: {frame}")] if frame else []
         return self.finding(
-            trace,
+            facts,
             Signals.of(POSSIBLE, evaluation_frame_named=frame is not None),
             summary,
             evidence,
@@ -328,23 +324,23 @@ def _forward_after_last_step(fail: Failure, curve: Curve) -> str | None:
     return None
 
 
-def _eval_spans(trace: Trace) -> list[_Span]:
+def _eval_spans(facts: Facts) -> list[_Span]:
     """Evaluation marks, each lasting until the next mark or step (or the end)."""
-    boundaries = sorted([e.t for e in trace.marks()] + list(trace.steps().times()))
+    boundaries = sorted([e.t for e in facts.trace.marks()] + list(facts.trace.steps().times()))
     spans: list[_Span] = []
-    for mark in trace.marks():
+    for mark in facts.trace.marks():
         label = str(mark.data.get("label", ""))
         if not has_stem(label, _EVAL_LABEL) or _grad_off(mark):
             continue
         later = [t for t in boundaries if t > mark.t]
-        spans.append(_Span(label, mark.t, later[0] if later else trace.duration_s))
+        spans.append(_Span(label, mark.t, later[0] if later else facts.trace.duration_s))
     return spans
 
 
-def _gradients_were_off(trace: Trace, fail: Failure) -> bool:
+def _gradients_were_off(facts: Facts, fail: Failure) -> bool:
     """The error came in a loop phase that ran with gradients off (Lightning's, the
     Trainer's and Keras's evaluation and prediction)."""
-    phase = phase_at(trace, fail.t, fail.pid)
+    phase = facts.phase_at(fail.t, fail.pid)
     return phase is not None and phase.grad_enabled is False
 
 

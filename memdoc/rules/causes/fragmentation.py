@@ -4,15 +4,9 @@ from __future__ import annotations
 
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, WEAK, Signals
+from memdoc.rules.context import Facts
 from memdoc.rules.facts import (
     Failure,
-    device_total,
-    failed_device,
-    failure,
-    framework_at,
-    frameworks,
-    series_named,
-    sum_at,
 )
 from memdoc.rules.ledger import cached_unused_bytes, significant, sizeable_cache
 from memdoc.rules.spec import (
@@ -23,7 +17,6 @@ from memdoc.rules.spec import (
     snippet,
 )
 from memdoc.trace.model import Metric
-from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes
 
 
@@ -114,33 +107,33 @@ can and retries; when that fails too, you get an out-of-memory error while gigab
         ("TensorFlow: use a GPU", "https://www.tensorflow.org/guide/gpu"),
     )
 
-    def check(self, trace: Trace) -> Finding | None:
-        fail = failure(trace)
+    def check(self, facts: Facts) -> Finding | None:
+        fail = facts.failure
         if fail is None:
-            return self._retries_without_oom(trace)
+            return self._retries_without_oom(facts)
         oom = fail.oom
         requested = oom.requested_bytes
         if requested is None or requested <= 0 or oom.requested_unknown_huge:
             return None
-        device = failed_device(trace, oom)
-        cached = _cached_free(trace, fail, device)
+        device = facts.failed_device(oom)
+        cached = _cached_free(facts, fail, device)
         if cached is None or cached <= 0:
             return None
-        free = oom.free_bytes if oom.free_bytes is not None else _device_free(trace, fail, device)
-        largest = _largest_free(trace, fail, device)
+        free = oom.free_bytes if oom.free_bytes is not None else _device_free(facts, fail, device)
+        largest = _largest_free(facts, fail, device)
         if cached >= requested:
             # From a message alone, a cache larger than the request is as common in jobs that
             # are simply too big; only a recording of the pool over time makes it likely.
             level = LIKELY
-            if trace.is_text_only:
-                sizeable = sizeable_cache(cached, device_total(trace, device, oom))
+            if facts.is_text_only:
+                sizeable = sizeable_cache(cached, facts.device_total(device, oom))
                 level = POSSIBLE if sizeable else WEAK
             summary = (
                 f"The pool held {format_bytes(cached)} it was not using, more than the "
                 f"{format_bytes(requested)} requested, but not in one piece."
             )
         elif free is not None and cached + free >= requested and cached >= requested / 4:
-            level = WEAK if trace.is_text_only else POSSIBLE
+            level = WEAK if facts.is_text_only else POSSIBLE
             summary = (
                 f"Cached-but-unused {format_bytes(cached)} plus {format_bytes(free)} free on the "
                 f"device would have covered the {format_bytes(requested)} request."
@@ -156,7 +149,7 @@ can and retries; when that fails too, you get an out-of-memory error while gigab
             evidence.append(bytes_evidence("free on the device", free))
         if largest is not None:
             evidence.append(bytes_evidence("largest free block in the pool", largest))
-        split = _at(trace, fail, device, Metric.INACTIVE_SPLIT)
+        split = _at(facts, fail, device, Metric.INACTIVE_SPLIT)
         if split is not None:
             evidence.append(bytes_evidence("inactive split blocks", split))
         signals = Signals.of(
@@ -165,23 +158,23 @@ can and retries; when that fails too, you get an out-of-memory error while gigab
             no_block_big_enough=largest is not None and largest < requested,
             split_blocks=split is not None and split >= requested / 2,
         )
-        if not significant(cached, device_total(trace, device, oom)):
+        if not significant(cached, facts.device_total(device, oom)):
             # Even in one piece this cache would not have saved a job at the limit.
             signals = signals.at_most(WEAK)
             summary += " It is a sliver of the device, though: the job was at the limit anyway."
-        if _expandable_segments_on(trace, fail):
+        if _expandable_segments_on(facts, fail):
             signals = signals.at_most(POSSIBLE)
             summary += " Expandable segments were already on, so look at what keeps blocks alive."
-        return self.finding(trace, signals, summary, evidence, frameworks=frameworks(trace, oom))
+        return self.finding(facts, signals, summary, evidence, frameworks=facts.frameworks(oom))
 
-    def _retries_without_oom(self, trace: Trace) -> Finding | None:
+    def _retries_without_oom(self, facts: Facts) -> Finding | None:
         """A run that did not fail, but whose allocator had to flush its cache and retry."""
-        for series in series_named(trace, "torch." + Metric.ALLOC_RETRIES):
+        for series in facts.series_named("torch." + Metric.ALLOC_RETRIES):
             top = series.max()
             if top is not None and top[1] >= 1:
                 evidence = [count_evidence("allocation retries (cache flushed)", top[1])]
                 return self.finding(
-                    trace,
+                    facts,
                     Signals(POSSIBLE),
                     "The allocator had to free its cache and retry: the pool is fragmented.",
                     evidence,
@@ -190,41 +183,43 @@ can and retries; when that fails too, you get an out-of-memory error while gigab
         return None
 
 
-def _at(trace: Trace, fail: Failure, device: int | None, quantity: str) -> float | None:
-    if trace.is_text_only or device is None:
+def _at(facts: Facts, fail: Failure, device: int | None, quantity: str) -> float | None:
+    if facts.is_text_only or device is None:
         return None
-    return framework_at(trace, quantity, device, fail.t)
+    return facts.framework_at(quantity, device, fail.t)
 
 
-def _cached_free(trace: Trace, fail: Failure, device: int | None) -> float | None:
+def _cached_free(facts: Facts, fail: Failure, device: int | None) -> float | None:
     """Memory the allocator holds but does not use, from the text or the recorded series."""
     cached = cached_unused_bytes(fail.oom)
     if cached is not None:
         return cached
-    reserved = _at(trace, fail, device, Metric.RESERVED)
-    allocated = _at(trace, fail, device, Metric.ALLOCATED)
+    reserved = _at(facts, fail, device, Metric.RESERVED)
+    allocated = _at(facts, fail, device, Metric.ALLOCATED)
     if reserved is None or allocated is None:
         return None
     return reserved - allocated
 
 
-def _largest_free(trace: Trace, fail: Failure, device: int | None) -> float | None:
+def _largest_free(facts: Facts, fail: Failure, device: int | None) -> float | None:
     if fail.oom.bfc_largest_free_block_bytes:
         return fail.oom.bfc_largest_free_block_bytes
-    return _at(trace, fail, device, Metric.LARGEST_FREE)
+    return _at(facts, fail, device, Metric.LARGEST_FREE)
 
 
-def _device_free(trace: Trace, fail: Failure, device: int | None) -> float | None:
-    if trace.is_text_only or device is None:
+def _device_free(facts: Facts, fail: Failure, device: int | None) -> float | None:
+    if facts.is_text_only or device is None:
         return None
-    return sum_at(trace, Metric.GPU_FREE, device, fail.t)
+    return facts.sum_at(Metric.GPU_FREE, device, fail.t)
 
 
-def _expandable_segments_on(trace: Trace, fail: Failure) -> bool:
-    conf = trace.header.env.get("PYTORCH_CUDA_ALLOC_CONF", "")
+def _expandable_segments_on(facts: Facts, fail: Failure) -> bool:
+    conf = facts.trace.header.env.get("PYTORCH_CUDA_ALLOC_CONF", "")
     if "expandable_segments:true" in conf.replace(" ", "").lower():
         return True
-    return any(e.data.get("expandable_segments") is True for e in trace.events("allocator_config"))
+    return any(
+        e.data.get("expandable_segments") is True for e in facts.trace.events("allocator_config")
+    )
 
 
 RULE = Fragmentation()

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
+from memdoc.rules.context import Facts
 from memdoc.rules.facts import (
     Failure,
-    failure,
     framework_name,
     framework_names,
-    frameworks,
     library_name,
     starved_library,
 )
-from memdoc.rules.host import gpu_recorded
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
@@ -21,7 +19,6 @@ from memdoc.rules.spec import (
     snippet,
 )
 from memdoc.trace.model import EventKind, Metric, framework_metric
-from memdoc.trace.reader import Trace
 
 PREALLOCATING = ("tensorflow", "jax")
 # A pool this close to the device size, early in the run, was taken up front.
@@ -95,9 +92,9 @@ create cudnn handle", "Failed to get convolution algorithm", `CUBLAS_STATUS_NOT_
         ),
     )
 
-    def check(self, trace: Trace) -> Finding | None:
-        fail = failure(trace)
-        preallocated = None if trace.is_text_only else _preallocated(trace)
+    def check(self, facts: Facts) -> Finding | None:
+        fail = facts.failure
+        preallocated = None if facts.is_text_only else _preallocated(facts)
         if fail is None:
             if preallocated is None:
                 return None
@@ -106,7 +103,7 @@ create cudnn handle", "Failed to get convolution algorithm", `CUBLAS_STATUS_NOT_
                 f"{framework_name(framework)} took {share:.0%} of the GPU at start: "
                 "a full GPU in nvidia-smi is expected here, not a leak."
             )
-            return self.finding(trace, Signals(POSSIBLE), summary, evidence, frameworks=[framework])
+            return self.finding(facts, Signals(POSSIBLE), summary, evidence, frameworks=[framework])
         oom = fail.oom
         outside = starved_library(fail)
         if preallocated is not None and outside:
@@ -115,15 +112,15 @@ create cudnn handle", "Failed to get convolution algorithm", `CUBLAS_STATUS_NOT_
                 f"{framework_name(framework)} took {share:.0%} of the GPU at start, and then "
                 f"{library_name(oom)} could not get memory."
             )
-            return self.finding(trace, Signals(STRONG), summary, evidence, frameworks=[framework])
-        involved = [f for f in frameworks(trace, oom) if f in PREALLOCATING]
+            return self.finding(facts, Signals(STRONG), summary, evidence, frameworks=[framework])
+        involved = [f for f in facts.frameworks(oom) if f in PREALLOCATING]
         if outside:
-            return self._starved_library(trace, fail, involved)
+            return self._starved_library(facts, fail, involved)
         if involved and oom.library in ("cuda", "hip"):
-            return self._own_growth_failed(trace, fail, involved)
+            return self._own_growth_failed(facts, fail, involved)
         return None
 
-    def _starved_library(self, trace: Trace, fail: Failure, involved: list[str]) -> Finding:
+    def _starved_library(self, facts: Facts, fail: Failure, involved: list[str]) -> Finding:
         """cuDNN, cuBLAS or NCCL found no memory: the classic sign of preallocation."""
         library = library_name(fail.oom)
         if involved:
@@ -149,7 +146,7 @@ create cudnn handle", "Failed to get convolution algorithm", `CUBLAS_STATUS_NOT_
             )
             signals = Signals(WEAK)
         return self.finding(
-            trace,
+            facts,
             signals,
             summary,
             [],
@@ -157,7 +154,7 @@ create cudnn handle", "Failed to get convolution algorithm", `CUBLAS_STATUS_NOT_
             frameworks=involved,
         )
 
-    def _own_growth_failed(self, trace: Trace, fail: Failure, involved: list[str]) -> Finding:
+    def _own_growth_failed(self, facts: Facts, fail: Failure, involved: list[str]) -> Finding:
         """The framework's own request to the driver failed: another preallocating program?"""
         names = framework_names(involved)
         summary = (
@@ -165,7 +162,7 @@ create cudnn handle", "Failed to get convolution algorithm", `CUBLAS_STATUS_NOT_
             "same GPU may have preallocated it."
         )
         return self.finding(
-            trace,
+            facts,
             Signals(POSSIBLE),
             summary,
             [],
@@ -174,20 +171,20 @@ create cudnn handle", "Failed to get convolution algorithm", `CUBLAS_STATUS_NOT_
         )
 
 
-def _preallocated(trace: Trace) -> tuple[str, float, list[Evidence]] | None:
+def _preallocated(facts: Facts) -> tuple[str, float, list[Evidence]] | None:
     """(framework, share of the device, evidence) when a pool was near-full early on."""
     for framework in PREALLOCATING:
         started = [
-            e.t for e in trace.events(EventKind.FRAMEWORK) if e.data.get("name") == framework
+            e.t for e in facts.trace.events(EventKind.FRAMEWORK) if e.data.get("name") == framework
         ]
         t0 = started[0] if started else 0.0
         for quantity in (Metric.LIMIT, Metric.RESERVED):
             metric = framework_metric(framework, quantity)
-            for key in trace.series_keys():
+            for key in facts.trace.series_keys():
                 if key.metric != metric or key.device is None or key.device < 0:
                     continue
-                total = trace.device_total_bytes(key.device)
-                series = trace.series(key.metric, key.device, key.pid)
+                total = facts.trace.device_total_bytes(key.device)
+                series = facts.trace.series(key.metric, key.device, key.pid)
                 if not total or series is None:
                     continue
                 early = series.max_between(t0, t0 + EARLY_S)
@@ -197,9 +194,9 @@ def _preallocated(trace: Trace) -> tuple[str, float, list[Evidence]] | None:
                         share_evidence("share of the device", early / total),
                     ]
                     return framework, early / total, evidence
-    if not gpu_recorded(trace):
+    if not facts.gpu_recorded:
         return None  # preallocation is of a GPU: on the host neither framework does it
-    for event in trace.events(EventKind.ALLOCATOR_CONFIG):
+    for event in facts.trace.events(EventKind.ALLOCATOR_CONFIG):
         framework = str(event.data.get("framework", ""))
         if framework in PREALLOCATING and (
             event.data.get("allow_growth") is False or event.data.get("preallocate") is True

@@ -23,10 +23,10 @@ from memdoc.rules.causes.host.fixes import (
 from memdoc.rules.causes.host.pressure import Pressure, job_pressure, pressure_evidence
 from memdoc.rules.causes.host.verdict import Verdict
 from memdoc.rules.confidence import STRONG, Signals
-from memdoc.rules.facts import Failure, failure, frameworks
+from memdoc.rules.context import Facts
+from memdoc.rules.facts import Failure
 from memdoc.rules.host import HOST_KINDS, cues_of
 from memdoc.rules.spec import RuleSpec
-from memdoc.trace.reader import Trace
 
 
 class HostOom(RuleSpec):
@@ -87,27 +87,27 @@ never rose, and memory stayed below half of its limit, this rule does not fire.
         ),
     )
 
-    def check(self, trace: Trace) -> Finding | None:
-        fail = failure(trace)
-        pressure = None if trace.is_text_only else job_pressure(trace)
+    def check(self, facts: Facts) -> Finding | None:
+        fail = facts.failure
+        pressure = None if facts.is_text_only else job_pressure(facts)
         if fail is not None and fail.oom.kind in HOST_KINDS:
-            return self._from_error(trace, fail, pressure)
+            return self._from_error(facts, fail, pressure)
         if pressure is None:
             return None
-        return self._from_series(trace, fail, pressure)
+        return self._from_series(facts, fail, pressure)
 
     def _from_series(
-        self, trace: Trace, fail: Failure | None, pressure: Pressure
+        self, facts: Facts, fail: Failure | None, pressure: Pressure
     ) -> Finding | None:
         """No host error text: the kill and the memory curve tell."""
-        verdict = kill.recorded_kill(trace, fail, pressure)
+        verdict = kill.recorded_kill(facts, fail, pressure)
         if verdict is None:
             return None
-        killed = kill.killed_by_signal(trace) or pressure.oom_kills > 0
-        signs = recorded_signs(trace, killed=killed)
-        return self._report(trace, verdict, pressure_evidence(pressure), signs)
+        killed = kill.killed_by_signal(facts) or pressure.oom_kills > 0
+        signs = recorded_signs(facts, killed=killed)
+        return self._report(facts, verdict, pressure_evidence(pressure), signs)
 
-    def _from_error(self, trace: Trace, fail: Failure, pressure: Pressure | None) -> Finding:
+    def _from_error(self, facts: Facts, fail: Failure, pressure: Pressure | None) -> Finding:
         kind = fail.oom.kind
         cues = cues_of(fail)
         signs = error_signs(fail, cues)
@@ -118,22 +118,22 @@ never rose, and memory stayed below half of its limit, this rule does not fire.
         elif kind == OomKind.DATALOADER_KILLED:
             verdict = kill.worker_death(cues)
         else:
-            verdict = allocation.failed_allocation(trace, fail, cues, workers=signs.workers)
+            verdict = allocation.failed_allocation(facts, fail, cues, workers=signs.workers)
         verdict = _weighed_with(verdict, pressure, kind)
-        evidence = error_evidence(trace, fail, pressure)
-        return self._report(trace, verdict, evidence, signs, fail)
+        evidence = error_evidence(facts, fail, pressure)
+        return self._report(facts, verdict, evidence, signs, fail)
 
     def _report(
         self,
-        trace: Trace,
+        facts: Facts,
         verdict: Verdict,
         evidence: list[Evidence],
         signs: Signs,
         fail: Failure | None = None,
     ) -> Finding:
-        involved = frameworks(trace, fail.oom if fail else None)
+        involved = facts.frameworks(fail.oom if fail else None)
         return self.finding(
-            trace,
+            facts,
             verdict.signals,
             verdict.summary,
             evidence,
@@ -141,8 +141,8 @@ never rose, and memory stayed below half of its limit, this rule does not fire.
             frameworks=involved,
             fixes=signs.fixes(
                 involved,
-                trace.header.cgroup_version,
-                None if trace.is_text_only else trace.path,
+                facts.trace.header.cgroup_version,
+                None if facts.is_text_only else facts.trace.path,
             ),
         )
 

@@ -10,9 +10,9 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from memdoc.rules.context import Facts
 from memdoc.rules.facts import Failure
-from memdoc.trace.phases import Phase, phases
-from memdoc.trace.reader import Trace
+from memdoc.trace.phases import Phase
 from memdoc.units import MiB
 
 # A pass counts as keeping memory above this much (resident memory moves by a page or two
@@ -37,11 +37,11 @@ class EvaluationKept:
     source: str  # the loop ("lightning", "transformers", "keras", "jax")
 
 
-def kept_by_evaluation(trace: Trace, fail: Failure | None) -> EvaluationKept | None:
+def kept_by_evaluation(facts: Facts, fail: Failure | None) -> EvaluationKept | None:
     """Evaluation passes that each kept memory, far more than training phases did: on the
     CUDA device the failure was on, where the phase marks read it, else in host memory."""
     pid = fail.pid if fail is not None else None
-    mine = [p for p in phases(trace) if pid is None or p.pid == pid]
+    mine = [p for p in facts.phases if pid is None or p.pid == pid]
     kept_by = _measure(mine, fail)
     evals = [p for p in mine if p.evaluating and kept_by(p) is not None]
     if len(evals) < 2:

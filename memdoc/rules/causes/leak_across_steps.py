@@ -9,20 +9,14 @@ from memdoc.kinds import OomKind
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.causes.kept_by_evaluation import EvaluationKept, kept_by_evaluation
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
+from memdoc.rules.context import Facts
 from memdoc.rules.facts import (
     HELD_SHARE,
     Curve,
     Failure,
-    failed_device,
-    failure,
-    frameworks,
     growth_words,
-    rank_curves,
     specific_library,
-    steady_growth,
-    step_curve,
 )
-from memdoc.rules.host import curve_capacity
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
@@ -32,7 +26,6 @@ from memdoc.rules.spec import (
 )
 from memdoc.rules.trend import Trend
 from memdoc.trace.model import EventKind
-from memdoc.trace.reader import Trace
 from memdoc.units import MiB, format_bytes
 
 TO_CONFIRM = (
@@ -205,30 +198,30 @@ GPU. In Python the memory is freed only when the last reference goes.
         ("JAX: buffer donation", "https://jax.readthedocs.io/en/latest/faq.html#buffer-donation"),
     )
 
-    def check(self, trace: Trace) -> Finding | None:
-        fail = failure(trace)
-        if trace.is_text_only:
-            return self._from_text(trace, fail) if fail is not None else None
+    def check(self, facts: Facts) -> Finding | None:
+        fail = facts.failure
+        if facts.is_text_only:
+            return self._from_text(facts, fail) if fail is not None else None
         oom = fail.oom if fail is not None else None
-        device = failed_device(trace, oom)
-        curve = step_curve(trace, device if device is not None and device >= 0 else None)
+        device = facts.failed_device(oom)
+        curve = facts.step_curve(device if device is not None and device >= 0 else None)
         if curve is None:
             return None
-        fitted = steady_growth(trace, curve, fail)
+        fitted = facts.steady_growth(curve, fail)
         if fitted is None:
-            kept = kept_by_evaluation(trace, fail)
-            return self._evaluation_kept(trace, fail, kept) if kept is not None else None
+            kept = kept_by_evaluation(facts, fail)
+            return self._evaluation_kept(facts, fail, kept) if kept is not None else None
         trend, last, held_for = fitted
         if curve.on_host and curve.pid is None:
-            by_rank = _by_rank(trace)
+            by_rank = _by_rank(facts)
             if by_rank is not None:
                 curve, trend, last, flat = by_rank
-                return self._report(trace, fail, curve, trend, last, flat_ranks=flat)
-        return self._report(trace, fail, curve, trend, last, held_for=held_for)
+                return self._report(facts, fail, curve, trend, last, flat_ranks=flat)
+        return self._report(facts, fail, curve, trend, last, held_for=held_for)
 
     def _report(
         self,
-        trace: Trace,
+        facts: Facts,
         fail: Failure | None,
         curve: Curve,
         trend: Trend,
@@ -237,7 +230,7 @@ GPU. In Python the memory is freed only when the last reference goes.
         flat_ranks: Sequence[int] = (),
         held_for: int = 0,
     ) -> Finding:
-        total = curve_capacity(trace, curve, fail.oom if fail else None)
+        total = facts.curve_capacity(curve, fail.oom if fail else None)
         slope = trend.robust_slope_per_step
         relative = trend.robust_growth / trend.start if trend.start > 0 else 1.0
         span = round(trend.span_steps)
@@ -269,7 +262,7 @@ GPU. In Python the memory is freed only when the last reference goes.
                 f"{held_for} steps to the end."
             )
         fixes = None
-        copies = weight_copies(trace, slope)
+        copies = weight_copies(facts, slope)
         if copies is not None:
             count, model = copies
             summary += (
@@ -284,16 +277,16 @@ GPU. In Python the memory is freed only when the last reference goes.
             summary += f" Rank{'s' if len(flat_ranks) > 1 else ''} {others} stayed flat."
             evidence.append(count_evidence("ranks that stayed flat", len(flat_ranks)))
         return self.finding(
-            trace,
+            facts,
             signals,
             summary,
             evidence,
-            frameworks=frameworks(trace, fail.oom if fail else None),
+            frameworks=facts.frameworks(fail.oom if fail else None),
             extra={"metric": curve.metric, "device": curve.device},
             fixes=fixes,
         )
 
-    def _evaluation_kept(self, trace: Trace, fail: Failure | None, kept: EvaluationKept) -> Finding:
+    def _evaluation_kept(self, facts: Facts, fail: Failure | None, kept: EvaluationKept) -> Finding:
         """Each evaluation pass kept memory: what it collects across batches."""
         what = (
             "its outputs (logits or predictions kept for a metric), not autograd graphs: the "
@@ -321,16 +314,16 @@ GPU. In Python the memory is freed only when the last reference goes.
         if kept.source == "transformers":
             fixes.insert(0, KEEP_LESS_FOR_METRICS_FIX)
         return self.finding(
-            trace,
+            facts,
             signals,
             summary,
             evidence,
             to_confirm="look at what the evaluation step appends or stores between batches",
-            frameworks=frameworks(trace, fail.oom if fail else None),
+            frameworks=facts.frameworks(fail.oom if fail else None),
             fixes=fixes,
         )
 
-    def _from_text(self, trace: Trace, fail: Failure) -> Finding | None:
+    def _from_text(self, facts: Facts, fail: Failure) -> Finding | None:
         """Text alone cannot show growth: say what would, when the text hints at it."""
         oom = fail.oom
         if (
@@ -346,7 +339,7 @@ GPU. In Python the memory is freed only when the last reference goes.
                 "memory grows batch after batch through the evaluation."
             )
             return self.finding(
-                trace,
+                facts,
                 Signals(POSSIBLE),
                 summary,
                 [],
@@ -375,23 +368,23 @@ GPU. In Python the memory is freed only when the last reference goes.
         else:
             return None
         return self.finding(
-            trace,
+            facts,
             signals,
             summary,
             evidence,
             to_confirm=TO_CONFIRM,
-            frameworks=frameworks(trace, oom),
+            frameworks=facts.frameworks(oom),
         )
 
 
-def _by_rank(trace: Trace) -> tuple[Curve, Trend, float, list[int]] | None:
+def _by_rank(facts: Facts) -> tuple[Curve, Trend, float, list[int]] | None:
     """The rank that grew, when some ranks of a job grew and others did not: its curve,
     trend and last value, and the ranks that stayed flat. None when every rank grew (the
     tree's curve says it) or the trace holds no ranks of their own."""
     grew: list[tuple[Curve, Trend, float]] = []
     flat: list[int] = []
-    for rank, curve in rank_curves(trace):
-        fitted = steady_growth(trace, curve, None)
+    for rank, curve in facts.rank_curves():
+        fitted = facts.steady_growth(curve, None)
         if fitted is None:
             flat.append(rank)
         else:
@@ -402,11 +395,11 @@ def _by_rank(trace: Trace) -> tuple[Curve, Trend, float, list[int]] | None:
     return curve, trend, last, flat
 
 
-def weight_copies(trace: Trace, per_step: float) -> tuple[int, float] | None:
+def weight_copies(facts: Facts, per_step: float) -> tuple[int, float] | None:
     """(copies, the model's weight bytes) when the growth per step is a whole number of
     copies of the model's weights (as the framework's model_state events give them)."""
     model = max(
-        (float(e.data.get("param_bytes") or 0) for e in trace.events(EventKind.MODEL_STATE)),
+        (float(e.data.get("param_bytes") or 0) for e in facts.trace.events(EventKind.MODEL_STATE)),
         default=0.0,
     )
     if model < MIN_MODEL_BYTES:

@@ -5,21 +5,13 @@ from __future__ import annotations
 from memdoc.kinds import OomKind
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
+from memdoc.rules.context import Facts
 from memdoc.rules.facts import (
     Failure,
-    device_total,
-    failed_device,
-    failure,
-    framework_at,
     framework_name,
-    frameworks,
-    sum_at,
 )
 from memdoc.rules.host import (
     cpu_allocator_said,
-    host_allocator_limit,
-    machine_memory,
-    on_host,
 )
 from memdoc.rules.ledger import pool_bytes, room_was_left
 from memdoc.rules.serving import MORE_OF_THE_DEVICE_FIX, kv_cache_finding, kv_cache_short
@@ -31,7 +23,6 @@ from memdoc.rules.spec import (
     snippet,
 )
 from memdoc.trace.model import EventKind, Metric
-from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes, format_percent
 
 # A limit this far below the device size was set by someone.
@@ -118,36 +109,36 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
         ),
     )
 
-    def check(self, trace: Trace) -> Finding | None:
-        fail = failure(trace)
+    def check(self, facts: Facts) -> Finding | None:
+        fail = facts.failure
         if fail is None:
             return None
         oom = fail.oom
-        device = failed_device(trace, oom)
-        total = device_total(trace, device, oom)
+        device = facts.failed_device(oom)
+        total = facts.device_total(device, oom)
         if oom.allocator == "mps" and oom.limit_bytes is not None and not total:
-            return self._mps_watermark(trace, fail)
+            return self._mps_watermark(facts, fail)
         if kv_cache_short(fail):
-            return self._vllm_share(trace, fail)
-        if on_host(trace, oom):
-            return self._host_allocator_cap(trace, fail)
-        limit = _limit(trace, fail, device)
-        if limit is None and trace.is_text_only and room_was_left(oom):
-            return self._refused_with_room(trace, fail)
+            return self._vllm_share(facts, fail)
+        if facts.on_host(oom):
+            return self._host_allocator_cap(facts, fail)
+        limit = _limit(facts, fail, device)
+        if limit is None and facts.is_text_only and room_was_left(oom):
+            return self._refused_with_room(facts, fail)
         if (
             limit is not None
             and not total
             and oom.framework == "pytorch"
             and oom.kind == OomKind.ALLOCATOR
         ):
-            return self._cap_without_device(trace, fail, limit)
+            return self._cap_without_device(facts, fail, limit)
         if limit is None or not total or limit >= CAP_SHARE * total:
             return None
-        held = _held(trace, fail, device)
+        held = _held(facts, fail, device)
         requested = oom.requested_bytes
         if _short_of_cap(held, requested, limit):
             return None  # the cap was not what stopped this request
-        free = oom.free_bytes if oom.free_bytes is not None else _free(trace, fail, device)
+        free = oom.free_bytes if oom.free_bytes is not None else _free(facts, fail, device)
         room = free is not None and requested is not None and free >= requested
         evidence: list[Evidence] = [
             bytes_evidence("configured limit", limit),
@@ -169,21 +160,21 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
                 f"A configured limit of {format_bytes(limit)} ({limit / total:.0%} of the "
                 "device) was reached."
             )
-        return self.finding(trace, signals, summary, evidence, frameworks=frameworks(trace, oom))
+        return self.finding(facts, signals, summary, evidence, frameworks=facts.frameworks(oom))
 
-    def _host_allocator_cap(self, trace: Trace, fail: Failure) -> Finding | None:
+    def _host_allocator_cap(self, facts: Facts, fail: Failure) -> Finding | None:
         """A framework's own allocator on the host (TensorFlow's CPU BFC allocator) stopped at
         the limit it was configured with, far below the machine's memory."""
         oom = fail.oom
-        limit = host_allocator_limit(trace, oom, fail.stats)
-        ram = machine_memory(trace)
+        limit = facts.host_allocator_limit(oom, fail.stats)
+        ram = facts.machine_memory()
         if limit is None or ram is None or limit >= CAP_SHARE * ram:
             return None
         held = _cpu_allocator_held(fail)
         requested = oom.requested_bytes
         if _short_of_cap(held, requested, limit):
             return None  # the cap was not what stopped this request
-        available = sum_at(trace, Metric.HOST_AVAILABLE, None, fail.t)
+        available = facts.sum_at(Metric.HOST_AVAILABLE, None, fail.t)
         room = available is not None and requested is not None and available >= requested
         evidence: list[Evidence] = [
             bytes_evidence("allocator limit", limit),
@@ -200,15 +191,15 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
             + (f", while the host had {format_bytes(available)} available." if room else ".")
         )
         return self.finding(
-            trace,
+            facts,
             Signals(STRONG if room else LIKELY),
             summary,
             evidence,
-            frameworks=frameworks(trace, oom),
+            frameworks=facts.frameworks(oom),
             fixes=(TF_CPU_CAP_FIX,) if oom.framework == "tensorflow" else self.fixes,
         )
 
-    def _cap_without_device(self, trace: Trace, fail: Failure, limit: float) -> Finding:
+    def _cap_without_device(self, facts: Facts, fail: Failure, limit: float) -> Finding:
         """PyTorch prints "X allowed" only when a memory fraction is set: a cap there was,
         though the text does not say how it compares with the device."""
         summary = (
@@ -216,7 +207,7 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
             f"{format_bytes(limit)}, and that, not necessarily the device, is what ran out."
         )
         return self.finding(
-            trace,
+            facts,
             Signals(POSSIBLE),
             summary,
             [bytes_evidence("configured limit", limit)],
@@ -224,7 +215,7 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
             frameworks=["pytorch"],
         )
 
-    def _refused_with_room(self, trace: Trace, fail: Failure) -> Finding:
+    def _refused_with_room(self, facts: Facts, fail: Failure) -> Finding:
         """The device had plenty free, yet the allocator refused: a cap it was given is the
         likeliest limit, though the message names none."""
         oom = fail.oom
@@ -240,17 +231,17 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
             "this process (a memory fraction, a tool's memory share) is the likeliest reason."
         )
         return self.finding(
-            trace,
+            facts,
             Signals(POSSIBLE),
             summary,
             evidence,
             to_confirm="look for set_per_process_memory_fraction or a memory share in the "
             "program's settings; on Windows and WSL, the driver's own accounting can refuse too",
-            frameworks=frameworks(trace, oom),
+            frameworks=facts.frameworks(oom),
             fixes=(*self.fixes, DRIVER_SPLIT_FIX),
         )
 
-    def _mps_watermark(self, trace: Trace, fail: Failure) -> Finding:
+    def _mps_watermark(self, facts: Facts, fail: Failure) -> Finding:
         """Apple's MPS stops at a high-watermark ratio of the machine's memory, a setting."""
         oom = fail.oom
         limit = float(oom.limit_bytes or 0)
@@ -263,7 +254,7 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
             "the machine has."
         )
         return self.finding(
-            trace,
+            facts,
             Signals(WEAK),
             summary,
             evidence,
@@ -273,7 +264,7 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
             fixes=(MPS_WATERMARK_FIX,),
         )
 
-    def _vllm_share(self, trace: Trace, fail: Failure) -> Finding:
+    def _vllm_share(self, facts: Facts, fail: Failure) -> Finding:
         """vLLM takes only gpu_memory_utilization of the device: a setting, not the card."""
         summary = (
             "vLLM uses only the share of the device that gpu_memory_utilization gives it (0.9 "
@@ -281,7 +272,7 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
         )
         return kv_cache_finding(
             self,
-            trace,
+            facts,
             fail,
             Signals(POSSIBLE),
             summary,
@@ -319,22 +310,22 @@ MPS_WATERMARK_FIX = Fix(
 )
 
 
-def _limit(trace: Trace, fail: Failure, device: int | None) -> float | None:
+def _limit(facts: Facts, fail: Failure, device: int | None) -> float | None:
     if fail.oom.limit_bytes is not None:
         return fail.oom.limit_bytes
-    if trace.is_text_only or device is None:
+    if facts.is_text_only or device is None:
         return None
-    recorded = framework_at(trace, Metric.LIMIT, device, fail.t)
+    recorded = facts.framework_at(Metric.LIMIT, device, fail.t)
     if recorded is not None:
         return recorded
-    total = trace.device_total_bytes(device)
-    for event in trace.events(EventKind.ALLOCATOR_CONFIG):
+    total = facts.trace.device_total_bytes(device)
+    for event in facts.trace.events(EventKind.ALLOCATOR_CONFIG):
         if event.data.get("memory_limit_bytes"):
             return float(event.data["memory_limit_bytes"])
         fraction = event.data.get("memory_fraction") or event.data.get("mem_fraction")
         if isinstance(fraction, (int, float)) and total:
             return float(fraction) * total
-    fraction_env = trace.header.env.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
+    fraction_env = facts.trace.header.env.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
     if fraction_env and total:
         try:
             return float(fraction_env) * total
@@ -358,19 +349,19 @@ def _cpu_allocator_held(fail: Failure) -> float | None:
     return cpu_allocator_said(fail.stats, "allocated_bytes")
 
 
-def _held(trace: Trace, fail: Failure, device: int | None) -> float | None:
+def _held(facts: Facts, fail: Failure, device: int | None) -> float | None:
     pool = pool_bytes(fail.oom)
     if pool is not None:
         return pool
-    if trace.is_text_only or device is None:
+    if facts.is_text_only or device is None:
         return None
-    return framework_at(trace, Metric.RESERVED, device, fail.t)
+    return facts.framework_at(Metric.RESERVED, device, fail.t)
 
 
-def _free(trace: Trace, fail: Failure, device: int | None) -> float | None:
-    if trace.is_text_only or device is None:
+def _free(facts: Facts, fail: Failure, device: int | None) -> float | None:
+    if facts.is_text_only or device is None:
         return None
-    return sum_at(trace, Metric.GPU_FREE, device, fail.t)
+    return facts.sum_at(Metric.GPU_FREE, device, fail.t)
 
 
 RULE = MemoryFractionCap()

@@ -6,16 +6,12 @@ from memdoc.oom.frames import frame_parts
 from memdoc.oom.names import fills_random_values
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
+from memdoc.rules.context import Facts
 from memdoc.rules.facts import (
     Failure,
-    device_total,
-    failed_device,
-    failure,
-    frameworks,
     said,
     step_phase,
 )
-from memdoc.rules.host import host_limits, on_host, resident_at_failure
 from memdoc.rules.serving import (
     SMALLER_WEIGHTS_FIX,
     kv_cache_empty,
@@ -30,8 +26,6 @@ from memdoc.rules.spec import (
 )
 from memdoc.thresholds import little_free
 from memdoc.trace.model import EventKind
-from memdoc.trace.phases import phase_at
-from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes
 
 # Moving or building a module: torch's Module.to/cuda/_apply, Hugging Face loading helpers.
@@ -152,17 +146,17 @@ it on one device.
         ),
     )
 
-    def check(self, trace: Trace) -> Finding | None:
-        fail = failure(trace)
-        if not trace.is_text_only:
-            found = self._from_model_state(trace, fail)
+    def check(self, facts: Facts) -> Finding | None:
+        fail = facts.failure
+        if not facts.is_text_only:
+            found = self._from_model_state(facts, fail)
             if found is not None:
                 return found
         if fail is not None and kv_cache_short(fail):
-            return self._weights_leave_no_cache(trace, fail)
-        return self._while_placing(trace, fail) if fail is not None else None
+            return self._weights_leave_no_cache(facts, fail)
+        return self._while_placing(facts, fail) if fail is not None else None
 
-    def _weights_leave_no_cache(self, trace: Trace, fail: Failure) -> Finding:
+    def _weights_leave_no_cache(self, facts: Facts, fail: Failure) -> Finding:
         """The weights take most of what vLLM may use, leaving too little for its cache."""
         summary = (
             "The model's weights may take most of what vLLM may use, leaving too little for "
@@ -170,7 +164,7 @@ it on one device.
         )
         return kv_cache_finding(
             self,
-            trace,
+            facts,
             fail,
             Signals(POSSIBLE if kv_cache_empty(fail) else WEAK),
             summary,
@@ -179,17 +173,17 @@ it on one device.
             fix=SMALLER_WEIGHTS_FIX,
         )
 
-    def _from_model_state(self, trace: Trace, fail: Failure | None) -> Finding | None:
-        for event in trace.events(EventKind.MODEL_STATE):
+    def _from_model_state(self, facts: Facts, fail: Failure | None) -> Finding | None:
+        for event in facts.trace.events(EventKind.MODEL_STATE):
             device = event.data.get("device")
-            total = trace.device_total_bytes(device) if isinstance(device, int) else None
+            total = facts.trace.device_total_bytes(device) if isinstance(device, int) else None
             params = float(event.data.get("param_bytes") or 0)
             grads = float(event.data.get("grad_bytes") or 0)
             if not total or not params:
                 continue
             share = (params + grads) / total
             if share < WEIGHTS_FILL and not (
-                fail is not None and share >= 0.5 and not trace.steps()
+                fail is not None and share >= 0.5 and not facts.trace.steps()
             ):
                 continue
             evidence: list[Evidence] = [
@@ -200,32 +194,32 @@ it on one device.
             signals = Signals.of(
                 STRONG if params >= 0.95 * total else LIKELY,
                 nearly_full=share >= 0.95,
-                failed_before_steps=fail is not None and not trace.steps(),
+                failed_before_steps=fail is not None and not facts.trace.steps(),
             )
             summary = (
                 f"Parameters and gradients take {format_bytes(params + grads)}, "
                 f"{share:.0%} of GPU {device}, before any batch."
             )
-            return self.finding(trace, signals, summary, evidence, frameworks=frameworks(trace))
+            return self.finding(facts, signals, summary, evidence, frameworks=facts.frameworks())
         return None
 
-    def _while_placing(self, trace: Trace, fail: Failure) -> Finding | None:
+    def _while_placing(self, facts: Facts, fail: Failure) -> Finding | None:
         """The error came from moving, loading or building the model's parameters."""
         if fail.oom.framework == "host":
             return None  # a host kill while loading: host-oom
         if fail.oom.phase == "init":
             return None  # no context could be created: nothing of the model was placed yet
         moving = fail.in_frames(function_pattern=_MOVE_FUNCTIONS) or said(fail).moving_weights
-        building = _building(fail) or _initializing_outside_a_loop(trace, fail)
+        building = _building(fail) or _initializing_outside_a_loop(facts, fail)
         constructing = not building and _in_a_constructor(fail)
         if not (moving or building or constructing) and fail.oom.phase != "load":
             return None
         if fail.in_frames(file_pattern=r"serialization\.py") and not moving:
             return None  # torch.load itself: checkpoint-load-spike
-        before_steps = not trace.is_text_only and not any(
-            t <= fail.t for t in trace.steps().times()
+        before_steps = not facts.is_text_only and not any(
+            t <= fail.t for t in facts.trace.steps().times()
         )
-        evidence, full, held = _fill_evidence(trace, fail)
+        evidence, full, held = _fill_evidence(facts, fail)
         if constructing and not moving:
             summary = (
                 "The error came from inside a constructor, where a library builds its model on "
@@ -242,7 +236,7 @@ it on one device.
             device_full=full,
             before_steps=before_steps,
         )
-        elsewhere = _filled_elsewhere(trace, fail)
+        elsewhere = _filled_elsewhere(facts, fail)
         if elsewhere is not None:
             summary += (
                 f" But the framework held only {format_bytes(fail.oom.allocated_bytes or 0)} "
@@ -251,20 +245,20 @@ it on one device.
             )
             signals = signals.at_most(WEAK)
         return self.finding(
-            trace,
+            facts,
             signals,
             summary,
             evidence,
             to_confirm="compare parameter bytes (numel x element size) with the memory there is",
-            frameworks=frameworks(trace, fail.oom),
+            frameworks=facts.frameworks(fail.oom),
         )
 
 
-def _filled_elsewhere(trace: Trace, fail: Failure) -> float | None:
+def _filled_elsewhere(facts: Facts, fail: Failure) -> float | None:
     """The free bytes, when the device was full but the framework's own allocations were a
     small share of it: something else (another process, another pool) filled it."""
     oom = fail.oom
-    total = device_total(trace, failed_device(trace, oom), oom)
+    total = facts.device_total(facts.failed_device(oom), oom)
     if not total or oom.allocated_bytes is None or oom.free_bytes is None:
         return None
     full = little_free(oom.free_bytes, total)
@@ -279,7 +273,7 @@ def _building(fail: Failure) -> bool:
     return (in_constructor and step_phase(fail) is None) or said(fail).variable_initializer
 
 
-def _initializing_outside_a_loop(trace: Trace, fail: Failure) -> bool:
+def _initializing_outside_a_loop(facts: Facts, fail: Failure) -> bool:
     """A framework failed making a tensor of random values before any step and outside any
     loop phase: a TensorFlow variable's initializer (a model building its weights when first
     called), a JAX program drawing its parameters with `jax.random` or an initializer; not
@@ -287,10 +281,10 @@ def _initializing_outside_a_loop(trace: Trace, fail: Failure) -> bool:
     drawing = fills_random_values(fail.oom.op) or any(
         fail.in_frames(f, fn) for f, fn in _RANDOM_FILL_FRAMES
     )
-    if trace.is_text_only or not drawing or step_phase(fail):
+    if facts.is_text_only or not drawing or step_phase(fail):
         return False
-    stepped = any(t <= fail.t for t in trace.steps().times())
-    return not stepped and phase_at(trace, fail.t, fail.pid) is None
+    stepped = any(t <= fail.t for t in facts.trace.steps().times())
+    return not stepped and facts.phase_at(fail.t, fail.pid) is None
 
 
 def _in_a_constructor(fail: Failure) -> bool:
@@ -301,12 +295,12 @@ def _in_a_constructor(fail: Failure) -> bool:
     return frame_parts(fail.stack[-1])[2] in _CONSTRUCTORS
 
 
-def _fill_evidence(trace: Trace, fail: Failure) -> tuple[list[Evidence], bool, float | None]:
+def _fill_evidence(facts: Facts, fail: Failure) -> tuple[list[Evidence], bool, float | None]:
     """What was already held where the parameters go, and whether that filled it."""
     oom = fail.oom
-    if not trace.is_text_only and on_host(trace, oom):
-        limits = host_limits(trace, fail.pid, fail.host)
-        resident = resident_at_failure(trace, fail)
+    if not facts.is_text_only and facts.on_host(oom):
+        limits = facts.host_limits(fail.pid, fail.host)
+        resident = facts.resident_at_failure(fail)
         if not limits or resident is None:
             return [], False, None
         evidence = [
@@ -315,7 +309,7 @@ def _fill_evidence(trace: Trace, fail: Failure) -> tuple[list[Evidence], bool, f
             share_evidence("resident / limit", resident / limits[0].limit_bytes),
         ]
         return evidence, resident >= WEIGHTS_FILL * limits[0].limit_bytes, resident
-    total = device_total(trace, failed_device(trace, oom), oom)
+    total = facts.device_total(facts.failed_device(oom), oom)
     if oom.allocated_bytes is None or not total:
         return [], False, None
     evidence = [

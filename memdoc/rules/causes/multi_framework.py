@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from memdoc.rules.base import Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, WEAK, Signals
+from memdoc.rules.context import Facts
 from memdoc.rules.facts import (
     Failure,
-    device_total,
-    failed_device,
-    failure,
-    framework_devices,
     framework_name,
     framework_names,
     said,
@@ -24,7 +21,6 @@ from memdoc.rules.spec import (
     snippet,
 )
 from memdoc.trace.ledger import oom_this_process_bytes
-from memdoc.trace.reader import Trace
 from memdoc.units import GiB, format_bytes
 
 # A CUDA context with cuDNN, cuBLAS and NCCL workspaces: what a process may hold beyond its
@@ -102,14 +98,14 @@ initialization failed", "Could not create cudnn handle".
         ),
     )
 
-    def check(self, trace: Trace) -> Finding | None:
-        fail = failure(trace)
-        if not trace.is_text_only:
-            return self._recorded(trace, had_failure=fail is not None)
+    def check(self, facts: Facts) -> Finding | None:
+        fail = facts.failure
+        if not facts.is_text_only:
+            return self._recorded(facts, had_failure=fail is not None)
         if fail is None:
             return None
         named = list(said(fail).frameworks_named)
-        outside = self._outside_the_pool(trace, fail, named)
+        outside = self._outside_the_pool(facts, fail, named)
         if outside is not None:
             return outside
         if len(named) >= 2 and fail.oom.device_type != "cpu":
@@ -119,7 +115,7 @@ initialization failed", "Could not create cudnn handle".
                 "the GPU, and the first to start can leave too little for the other."
             )
             return self.finding(
-                trace,
+                facts,
                 Signals(POSSIBLE),
                 summary,
                 [count_evidence("frameworks the text names", len(named))],
@@ -133,20 +129,20 @@ initialization failed", "Could not create cudnn handle".
             "process (often TensorFlow imported for data) holding the GPU."
         )
         return self.finding(
-            trace,
+            facts,
             Signals(WEAK),
             summary,
             [],
             to_confirm="check whether the program imports two of PyTorch, TensorFlow and JAX",
         )
 
-    def _outside_the_pool(self, trace: Trace, fail: Failure, named: list[str]) -> Finding | None:
+    def _outside_the_pool(self, facts: Facts, fail: Failure, named: list[str]) -> Finding | None:
         """The message says what this process held and what the framework's pool held: far
         more outside the pool than a CUDA context and library workspaces take is another
         framework's pool (or another library's memory) in the same process."""
         oom = fail.oom
         own, pool = oom_this_process_bytes(oom), pool_bytes(oom)
-        total = device_total(trace, failed_device(trace, oom), oom)
+        total = facts.device_total(facts.failed_device(oom), oom)
         if own is None or pool is None or not total:
             return None
         outside = own - pool
@@ -174,7 +170,7 @@ initialization failed", "Could not create cudnn handle".
             )
             signals = Signals(POSSIBLE)
         return self.finding(
-            trace,
+            facts,
             signals,
             summary,
             evidence,
@@ -182,9 +178,9 @@ initialization failed", "Could not create cudnn handle".
             frameworks=[oom.framework, *others],
         )
 
-    def _recorded(self, trace: Trace, *, had_failure: bool) -> Finding | None:
+    def _recorded(self, facts: Facts, *, had_failure: bool) -> Finding | None:
         by_device: dict[int, list[str]] = {}
-        for framework, devices in framework_devices(trace).items():
+        for framework, devices in facts.framework_devices().items():
             for device in devices:
                 by_device.setdefault(device, []).append(framework)
         for device, names in sorted(by_device.items()):
@@ -194,7 +190,7 @@ initialization failed", "Could not create cudnn handle".
             summary = f"{pretty} both kept memory pools on GPU {device}."
             evidence = [count_evidence(f"frameworks with a pool on GPU {device}", len(names))]
             signals = Signals.of(LIKELY, ended_in_failure=had_failure)
-            return self.finding(trace, signals, summary, evidence, frameworks=names)
+            return self.finding(facts, signals, summary, evidence, frameworks=names)
         return None
 
 

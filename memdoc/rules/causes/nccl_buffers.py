@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from memdoc.rules.base import Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals
-from memdoc.rules.facts import Failure, failure, frameworks
+from memdoc.rules.context import Facts
+from memdoc.rules.facts import Failure
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
     snippet,
 )
 from memdoc.trace.model import Metric, framework_metric
-from memdoc.trace.reader import Trace
 from memdoc.units import MiB, format_bytes
 
 _COLLECTIVE_FILES = r"distributed[/\\]distributed_c10d\.py|torch[/\\]distributed[/\\]|nccl"
@@ -94,16 +94,16 @@ does not see this memory, so its statistics look fine while the device is full.
         ),
     )
 
-    def check(self, trace: Trace) -> Finding | None:
-        fail = failure(trace)
+    def check(self, facts: Facts) -> Finding | None:
+        fail = facts.failure
         if fail is not None:
-            found = self._from_failure(trace, fail)
+            found = self._from_failure(facts, fail)
             if found is not None:
                 return found
-        return None if trace.is_text_only else self._outside_growth(trace, fail is not None)
+        return None if facts.is_text_only else self._outside_growth(facts, fail is not None)
 
-    def _from_failure(self, trace: Trace, fail: Failure) -> Finding | None:
-        involved = frameworks(trace, fail.oom)
+    def _from_failure(self, facts: Facts, fail: Failure) -> Finding | None:
+        involved = facts.frameworks(fail.oom)
         if fail.oom.library == "nccl":
             summary = "NCCL could not allocate its communication buffers."
             evidence = (
@@ -111,7 +111,7 @@ does not see this memory, so its statistics look fine while the device is full.
                 if fail.oom.requested_bytes
                 else []
             )
-            return self.finding(trace, Signals(STRONG), summary, evidence, frameworks=involved)
+            return self.finding(facts, Signals(STRONG), summary, evidence, frameworks=involved)
         in_collective = fail.in_frames(
             file_pattern=_COLLECTIVE_FILES, function_words=_COLLECTIVE_WORDS
         )
@@ -121,7 +121,7 @@ does not see this memory, so its statistics look fine while the device is full.
                 "its buffers."
             )
             return self.finding(
-                trace,
+                facts,
                 Signals(LIKELY),
                 summary,
                 [],
@@ -130,22 +130,22 @@ does not see this memory, so its statistics look fine while the device is full.
             )
         return None
 
-    def _outside_growth(self, trace: Trace, had_failure: bool) -> Finding | None:
+    def _outside_growth(self, facts: Facts, had_failure: bool) -> Finding | None:
         """Our processes' device memory outside the framework pools grew by buffer sizes."""
-        distributed = (trace.header.world_size or 0) > 1 or any(
-            k.startswith("NCCL_") for k in trace.header.env
+        distributed = (facts.trace.header.world_size or 0) > 1 or any(
+            k.startswith("NCCL_") for k in facts.trace.header.env
         )
         if not distributed:
             return None
-        for pid in trace.our_pids():
-            for series in trace.series_keys():
+        for pid in facts.trace.our_pids():
+            for series in facts.trace.series_keys():
                 if (
                     series.metric != Metric.GPU_PROC_USED
                     or series.pid != pid
                     or series.device is None
                 ):
                     continue
-                growth = _outside_pool_growth(trace, series.device, pid)
+                growth = _outside_pool_growth(facts, series.device, pid)
                 if growth is not None and growth >= OUTSIDE_GROWTH_BYTES:
                     summary = (
                         f"Memory outside the framework's pool grew by {format_bytes(growth)} in a "
@@ -153,21 +153,21 @@ does not see this memory, so its statistics look fine while the device is full.
                     )
                     evidence = [bytes_evidence("growth outside the framework pool", growth)]
                     return self.finding(
-                        trace,
+                        facts,
                         Signals.of(POSSIBLE, ended_in_failure=had_failure),
                         summary,
                         evidence,
-                        frameworks=frameworks(trace),
+                        frameworks=facts.frameworks(),
                     )
         return None
 
 
-def _outside_pool_growth(trace: Trace, device: int, pid: int) -> float | None:
-    used = trace.series(Metric.GPU_PROC_USED, device, pid)
+def _outside_pool_growth(facts: Facts, device: int, pid: int) -> float | None:
+    used = facts.trace.series(Metric.GPU_PROC_USED, device, pid)
     pools = [
         s
         for framework in ("pytorch", "tensorflow", "jax")
-        if (s := trace.series(framework_metric(framework, Metric.RESERVED), device, pid))
+        if (s := facts.trace.series(framework_metric(framework, Metric.RESERVED), device, pid))
         is not None
     ]
     if used is None or not pools or len(used) < 2:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import POSSIBLE, WEAK, Signals
-from memdoc.rules.facts import Failure, failure, frameworks
-from memdoc.rules.host import capacity_at_failure, data_held
+from memdoc.rules.context import Facts
+from memdoc.rules.facts import Failure
 from memdoc.rules.spec import RuleSpec, bytes_evidence, share_evidence, snippet
 from memdoc.trace.model import EventKind
-from memdoc.trace.reader import Trace
 from memdoc.units import MiB
 
 # Names frameworks print for 32- and 64-bit floats, and their size in bytes.
@@ -92,17 +91,17 @@ policy stores them in 16 bits.
         ("JAX: jax.numpy dtypes", "https://jax.readthedocs.io/en/latest/jax.numpy.html"),
     )
 
-    def check(self, trace: Trace) -> Finding | None:
-        fail = failure(trace)
-        if not trace.is_text_only:
-            found = self._from_dtypes(trace, fail)
+    def check(self, facts: Facts) -> Finding | None:
+        fail = facts.failure
+        if not facts.is_text_only:
+            found = self._from_dtypes(facts, fail)
             if found is not None:
                 return found
         if fail is None:
             return None
         oom = fail.oom
         width = _WIDE_FLOATS.get((oom.dtype or "").lower())
-        if width is None or _half_still_too_large(trace, fail):
+        if width is None or _half_still_too_large(facts, fail):
             return None
         requested = oom.requested_bytes or 0
         large = requested >= LARGE_REQUEST_BYTES or (
@@ -117,18 +116,18 @@ policy stores them in 16 bits.
             evidence.append(bytes_evidence("requested", requested))
         summary = f"The failing tensor is {oom.dtype}: in bf16 or fp16 it would take half as much."
         return self.finding(
-            trace,
+            facts,
             Signals.of(WEAK, large_request=large),
             summary,
             evidence,
             to_confirm="check whether the model already runs under autocast or a mixed policy",
-            frameworks=frameworks(trace, oom),
+            frameworks=facts.frameworks(oom),
         )
 
-    def _from_dtypes(self, trace: Trace, fail: Failure | None) -> Finding | None:
-        if fail is None or _model_too_small_to_matter(trace, fail):
+    def _from_dtypes(self, facts: Facts, fail: Failure | None) -> Finding | None:
+        if fail is None or _model_too_small_to_matter(facts, fail):
             return None
-        for event in trace.events(EventKind.MODEL_STATE):
+        for event in facts.trace.events(EventKind.MODEL_STATE):
             by_dtype = event.data.get("dtype_bytes")
             if not isinstance(by_dtype, dict) or not by_dtype:
                 continue
@@ -148,24 +147,24 @@ policy stores them in 16 bits.
                 f"{fp32 / total:.0%} of the parameter bytes are fp32 and the job ran out of memory."
             )
             return self.finding(
-                trace, Signals(POSSIBLE), summary, evidence, frameworks=frameworks(trace)
+                facts, Signals(POSSIBLE), summary, evidence, frameworks=facts.frameworks()
             )
         return None
 
 
-def _half_still_too_large(trace: Trace, fail: Failure) -> bool:
+def _half_still_too_large(facts: Facts, fail: Failure) -> bool:
     """Half the failed request is still more than all the memory it could have had (a
     360 GB product under a 3 GiB cap): a narrower dtype could not have saved the run."""
     requested = fail.oom.requested_bytes
-    capacity = capacity_at_failure(trace, fail)
+    capacity = facts.capacity_at_failure(fail)
     return requested is not None and capacity is not None and requested / 2 > capacity
 
 
-def _model_too_small_to_matter(trace: Trace, fail: Failure) -> bool:
+def _model_too_small_to_matter(facts: Facts, fail: Failure) -> bool:
     """The largest model state recorded (weights, gradients, optimizer state) is a small
     share of what the program held when it failed: halving it could not have saved the run.
     False when what was held is not known."""
-    held = data_held(trace, fail)
+    held = facts.data_held
     if held is None:
         return False
     model = max(
@@ -174,7 +173,7 @@ def _model_too_small_to_matter(trace: Trace, fail: Failure) -> bool:
                 float(e.data.get(k) or 0)
                 for k in ("param_bytes", "grad_bytes", "optimizer_state_bytes")
             )
-            for e in trace.events(EventKind.MODEL_STATE)
+            for e in facts.trace.events(EventKind.MODEL_STATE)
         ),
         default=0.0,
     )

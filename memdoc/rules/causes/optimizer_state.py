@@ -8,16 +8,13 @@ from memdoc.oom.frames import in_file
 from memdoc.oom.names import has_words
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals
+from memdoc.rules.context import Facts
 from memdoc.rules.facts import (
     Failure,
-    failure,
-    frameworks,
     innermost_frames,
     said,
-    step_curve,
     step_phase,
 )
-from memdoc.rules.host import shortfall_at_failure
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
@@ -26,8 +23,6 @@ from memdoc.rules.spec import (
     snippet,
 )
 from memdoc.trace.model import KERAS, EventKind
-from memdoc.trace.phases import batch_search
-from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes
 
 # Adam keeps two states per parameter: the first step adds about twice the parameter bytes.
@@ -156,12 +151,12 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
         ),
     )
 
-    def check(self, trace: Trace) -> Finding | None:
-        fail = failure(trace)
-        if _a_smaller_batch_trained(trace):
+    def check(self, facts: Facts) -> Finding | None:
+        fail = facts.failure
+        if _a_smaller_batch_trained(facts):
             return None
-        if not trace.is_text_only:
-            found = self._recorded(trace, fail)
+        if not facts.is_text_only:
+            found = self._recorded(facts, fail)
             if found is not None:
                 return found
         if fail is None or _in_closure(fail):
@@ -170,7 +165,7 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
         if not in_optimizer:
             return None
         creating = fail.in_frames(_OPTIMIZER_FILES, _STATE_INIT)
-        first = not trace.is_text_only and not any(t <= fail.t for t in trace.steps().times())
+        first = not facts.is_text_only and not any(t <= fail.t for t in facts.trace.steps().times())
         if creating and first:
             summary = (
                 "The error happened while the optimizer created its state, in the first step: "
@@ -180,7 +175,7 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
             summary = "The error happened while the optimizer created or updated its state."
         evidence = [Evidence(f"failed in: {innermost_frames(fail, 1)}")] if fail.stack else []
         return self.finding(
-            trace,
+            facts,
             Signals.of(LIKELY, creating_state_at_first_step=creating and first),
             summary,
             evidence,
@@ -188,21 +183,21 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
                 "compare the optimizer's state (2x the parameters for Adam) with what is "
                 "free after backward"
             ),
-            frameworks=frameworks(trace, fail.oom),
+            frameworks=facts.frameworks(fail.oom),
         )
 
-    def _recorded(self, trace: Trace, fail: Failure | None) -> Finding | None:
-        recorded = _model_state(trace)
+    def _recorded(self, facts: Facts, fail: Failure | None) -> Finding | None:
+        recorded = _model_state(facts)
         if not recorded.params:
             return None
         params, device = recorded.params, recorded.device
-        jump = recorded.state or _first_step_jump(trace)
+        jump = recorded.state or _first_step_jump(facts)
         if not jump:
             return None
         ratio = jump / params
         adam_like = abs(ratio - ADAM_RATIO) <= RATIO_TOLERANCE * ADAM_RATIO
-        total = trace.device_total_bytes(device) if device is not None else None
-        steps = trace.steps()
+        total = facts.trace.device_total_bytes(device) if device is not None else None
+        steps = facts.trace.steps()
         failed_first = (
             fail is not None and not _in_closure(fail) and (not steps or fail.t <= steps[0].t)
         )
@@ -216,7 +211,7 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
         if total:
             evidence.append(share_evidence("optimizer state / device", jump / total))
         if failed_first and fail is not None and recorded.made_before(fail.t):
-            return self._made_before_the_step(trace, fail, recorded, ratio, adam_like)
+            return self._made_before_the_step(facts, fail, recorded, ratio, adam_like)
         if failed_first:
             signals = Signals(STRONG if adam_like else LIKELY)
             summary = (
@@ -230,16 +225,16 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
             )
         else:
             return None
-        return self.finding(trace, signals, summary, evidence, frameworks=frameworks(trace))
+        return self.finding(facts, signals, summary, evidence, frameworks=facts.frameworks())
 
     def _made_before_the_step(
-        self, trace: Trace, fail: Failure, recorded: _Recorded, ratio: float, adam_like: bool
+        self, facts: Facts, fail: Failure, recorded: _Recorded, ratio: float, adam_like: bool
     ) -> Finding | None:
         """The loop made the optimizer's state before its first step (Keras `fit` builds it
         then), and that step ran out: the state is the cause when, without it, the failed
         request would have fit."""
         state = recorded.state
-        short = shortfall_at_failure(trace, fail)
+        short = facts.shortfall_at_failure(fail)
         if short is not None and state < short:
             return None  # freeing all of it would not have made room: not the cause
         where = step_phase(fail)
@@ -266,8 +261,8 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
             room_without_the_state=short is not None,
         )
         # A Keras loop's optimizer is changed in Keras's own API, whatever its backend.
-        named = [KERAS] if recorded.source == KERAS else frameworks(trace)
-        return self.finding(trace, signals, summary, evidence, frameworks=named)
+        named = [KERAS] if recorded.source == KERAS else facts.frameworks()
+        return self.finding(facts, signals, summary, evidence, frameworks=named)
 
 
 def _in_closure(fail: Failure) -> bool:
@@ -297,14 +292,14 @@ class _Recorded:
         return self.built_t is not None and self.built_t <= t
 
 
-def _model_state(trace: Trace) -> _Recorded:
+def _model_state(facts: Facts) -> _Recorded:
     """Parameter and optimizer-state bytes and the device, from the latest model_state
     event; when a loop first recorded the state as built before its first step."""
     params = state = 0.0
     device: int | None = None
     built_t: float | None = None
     source: str | None = None
-    for event in trace.events(EventKind.MODEL_STATE):
+    for event in facts.trace.events(EventKind.MODEL_STATE):
         params = float(event.data.get("param_bytes") or params)
         state = float(event.data.get("optimizer_state_bytes") or state)
         built = event.data.get("optimizer_state_bytes") and event.data.get("phase") == "fit"
@@ -315,25 +310,25 @@ def _model_state(trace: Trace) -> _Recorded:
     return _Recorded(params, state, device, built_t, source)
 
 
-def _first_step_jump(trace: Trace) -> float | None:
-    curve = step_curve(trace)
+def _first_step_jump(facts: Facts) -> float | None:
+    curve = facts.step_curve()
     if curve is None or len(curve.steps) < 2:
         return None
     first, second = curve.steps[0], curve.steps[1]
-    series = trace.series(curve.metric, curve.device, curve.pid)
+    series = facts.trace.series(curve.metric, curve.device, curve.pid)
     before = series.at(first.t_start) if series is not None else None
     if before is None or first.baseline is None or second.baseline is None:
         return None
     return first.baseline - before
 
 
-def _a_smaller_batch_trained(trace: Trace) -> bool:
+def _a_smaller_batch_trained(facts: Facts) -> bool:
     """A batch-size search ran out at larger sizes and trained at a smaller one: what did
     not fit grew with the batch, which the optimizer's state (one or two copies of the
     weights, whatever the batch) does not."""
-    if trace.is_text_only:
+    if facts.is_text_only:
         return False
-    search = batch_search(trace)
+    search = facts.batch_search
     return search is not None and bool(search.ran_out) and search.trained is not None
 
 

@@ -8,12 +8,9 @@ from dataclasses import dataclass
 from memdoc.kinds import OomKind
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
+from memdoc.rules.context import Facts
 from memdoc.rules.facts import (
     Failure,
-    device_total,
-    failed_device,
-    failure,
-    frameworks,
     library_name,
     message_said,
     starved_library,
@@ -28,7 +25,6 @@ from memdoc.rules.spec import (
 )
 from memdoc.trace.ledger import oom_this_process_bytes
 from memdoc.trace.model import Metric, OomInfo, ProcessUsage
-from memdoc.trace.reader import Trace
 from memdoc.units import GiB, format_bytes
 
 # A CUDA context plus library workspaces: what a process holds beyond its allocator's pool.
@@ -124,40 +120,40 @@ keep their memory until they are stopped.
         ours = held_bytes(oom)
         return ours is not None and ours >= MOSTLY_OURS * oom.total_bytes
 
-    def check(self, trace: Trace) -> Finding | None:
-        fail = failure(trace)
+    def check(self, facts: Facts) -> Finding | None:
+        fail = facts.failure
         if fail is None:
-            return self._sharing_without_oom(trace)
+            return self._sharing_without_oom(facts)
         oom = fail.oom
-        device = failed_device(trace, oom)
-        total = device_total(trace, device, oom)
-        siblings = trace.our_pids() - {fail.pid}
-        others = _others_recorded(trace, fail, device) or _others_in_text(oom, total, siblings)
-        judged = self._judge(trace, fail, others, total) if others and total else None
+        device = facts.failed_device(oom)
+        total = facts.device_total(device, oom)
+        siblings = facts.trace.our_pids() - {fail.pid}
+        others = _others_recorded(facts, fail, device) or _others_in_text(oom, total, siblings)
+        judged = self._judge(facts, fail, others, total) if others and total else None
         return (
             judged
-            or self._before_start(trace, fail)
-            or self._outside_the_allocator(trace, fail)
-            or self._full_before_a_tiny_request(trace, fail, total)
-            or self._starved(trace, fail, total)
+            or self._before_start(facts, fail)
+            or self._outside_the_allocator(facts, fail)
+            or self._full_before_a_tiny_request(facts, fail, total)
+            or self._starved(facts, fail, total)
         )
 
     def _full_before_a_tiny_request(
-        self, trace: Trace, fail: Failure, total: float | None
+        self, facts: Facts, fail: Failure, total: float | None
     ) -> Finding | None:
         """From a text with no device figures: a request of a few bytes or KiB failed, so
         the device was full before it, and another process is one thing that fills it."""
         oom = fail.oom
-        if not trace.is_text_only or total or not tiny_request(oom) or oom.device_type == "cpu":
+        if not facts.is_text_only or total or not tiny_request(oom) or oom.device_type == "cpu":
             return None
         summary = (
             f"Only {format_bytes(oom.requested_bytes or 0)} could not be had: the device was "
             "already full, and another process holding it is one reason; the text gives no "
             "figures for the device to tell."
         )
-        return self._full_before_start(trace, oom, Signals(WEAK), summary)
+        return self._full_before_start(facts, oom, Signals(WEAK), summary)
 
-    def _before_start(self, trace: Trace, fail: Failure) -> Finding | None:
+    def _before_start(self, facts: Facts, fail: Failure) -> Finding | None:
         """Creating the CUDA context failed for lack of memory: it was gone before we began."""
         if fail.oom.phase != "init":
             return None
@@ -165,16 +161,16 @@ keep their memory until they are stopped.
             "The GPU had no memory left even for this program's CUDA context: it was full "
             "before the program started, held by another process or a leftover of an earlier run."
         )
-        return self._full_before_start(trace, fail.oom, Signals(STRONG), summary)
+        return self._full_before_start(facts, fail.oom, Signals(STRONG), summary)
 
-    def _outside_the_allocator(self, trace: Trace, fail: Failure) -> Finding | None:
+    def _outside_the_allocator(self, facts: Facts, fail: Failure) -> Finding | None:
         """PyTorch's bare "CUDA error: out of memory": a CUDA call outside the caching
         allocator failed (its own OOM reads "CUDA out of memory. Tried to allocate ..."). With
         no traceback to show which call, the most common one is creating the CUDA context
         or a library handle on a GPU that was already full."""
         oom = fail.oom
         if not (
-            trace.is_text_only
+            facts.is_text_only
             and oom.kind == OomKind.DISGUISED
             and oom.library == "cuda"
             and oom.framework == "pytorch"
@@ -188,22 +184,22 @@ keep their memory until they are stopped.
             "creating the CUDA context or a library handle on a GPU that other processes had "
             "already filled; without a traceback, the text alone cannot tell which call."
         )
-        return self._full_before_start(trace, oom, Signals(WEAK), summary)
+        return self._full_before_start(facts, oom, Signals(WEAK), summary)
 
     def _full_before_start(
-        self, trace: Trace, oom: OomInfo, signals: Signals, summary: str
+        self, facts: Facts, oom: OomInfo, signals: Signals, summary: str
     ) -> Finding:
         """A finding that the GPU was full before this program asked: see who held it."""
         return self.finding(
-            trace,
+            facts,
             signals,
             summary,
             [],
             to_confirm="run `nvidia-smi` before the job starts and look for other processes",
-            frameworks=frameworks(trace, oom),
+            frameworks=facts.frameworks(oom),
         )
 
-    def _judge(self, trace: Trace, fail: Failure, others: _Others, total: float) -> Finding | None:
+    def _judge(self, facts: Facts, fail: Failure, others: _Others, total: float) -> Finding | None:
         oom = fail.oom
         named = others.named_bytes >= max(NAMED_MIN_SHARE * total, 1)
         unaccounted = others.unaccounted_bytes >= max(
@@ -247,18 +243,18 @@ keep their memory until they are stopped.
         if fits:
             summary += " Without it, the request would have fit."
         return self.finding(
-            trace,
+            facts,
             signals,
             summary,
             evidence,
             to_confirm=None
             if named and others.certain
             else "run `nvidia-smi` or `memdoc top` while the job runs",
-            frameworks=frameworks(trace, oom),
+            frameworks=facts.frameworks(oom),
             extra={"pids": list(others.pids)},
         )
 
-    def _starved(self, trace: Trace, fail: Failure, total: float | None) -> Finding | None:
+    def _starved(self, facts: Facts, fail: Failure, total: float | None) -> Finding | None:
         """Almost nothing free while the error shows nothing held by this process."""
         oom = fail.oom
         own = (
@@ -278,36 +274,36 @@ keep their memory until they are stopped.
                 "the error shows nothing held by this process: something else holds the GPU."
             )
             return self.finding(
-                trace,
+                facts,
                 Signals(LIKELY),
                 summary,
                 evidence,
                 to_confirm="run `nvidia-smi` to see which processes hold the GPU",
-                frameworks=frameworks(trace, oom),
+                frameworks=facts.frameworks(oom),
             )
         if oom.library in ("cudnn", "cublas") and starved_library(fail):
             summary = (
                 f"A {library_name(oom)} handle could not be created: often the GPU is already "
                 "full, sometimes because another process holds it."
             )
-            return self._full_before_start(trace, oom, Signals(WEAK), summary)
+            return self._full_before_start(facts, oom, Signals(WEAK), summary)
         return None
 
-    def _sharing_without_oom(self, trace: Trace) -> Finding | None:
+    def _sharing_without_oom(self, facts: Facts) -> Finding | None:
         """A run that did not fail but shared a GPU with a big foreign process."""
-        ours = trace.our_pids()
-        for device in trace.devices():
-            total = trace.device_total_bytes(device.index)
+        ours = facts.trace.our_pids()
+        for device in facts.trace.devices():
+            total = facts.trace.device_total_bytes(device.index)
             if not total:
                 continue
             foreign = [
                 s
-                for s in trace.series_for(Metric.GPU_PROC_USED, device=device.index)
+                for s in facts.trace.series_for(Metric.GPU_PROC_USED, device=device.index)
                 if s.key.pid not in ours and s.max() is not None
             ]
             ours_there = any(
                 s.key.pid in ours
-                for s in trace.series_for(Metric.GPU_PROC_USED, device=device.index)
+                for s in facts.trace.series_for(Metric.GPU_PROC_USED, device=device.index)
             )
             held = sum(top[1] for s in foreign if (top := s.max()) is not None)
             if ours_there and held >= 0.25 * total:
@@ -316,16 +312,16 @@ keep their memory until they are stopped.
                     share_evidence("share of the device", held / total),
                 ]
                 summary = f"Other processes held {format_bytes(held)} of GPU {device.index}."
-                return self.finding(trace, Signals(POSSIBLE), summary, evidence)
+                return self.finding(facts, Signals(POSSIBLE), summary, evidence)
         return None
 
 
-def _others_recorded(trace: Trace, fail: Failure, device: int | None) -> _Others | None:
+def _others_recorded(facts: Facts, fail: Failure, device: int | None) -> _Others | None:
     """Other processes as NVML saw them on the device, at the moment of the failure."""
-    if trace.is_text_only or device is None:
+    if facts.is_text_only or device is None:
         return None
-    ours = trace.our_pids()
-    per_process = trace.series_for(Metric.GPU_PROC_USED, device=device)
+    ours = facts.trace.our_pids()
+    per_process = facts.trace.series_for(Metric.GPU_PROC_USED, device=device)
     if not per_process:
         return None
     named = 0.0
@@ -338,7 +334,7 @@ def _others_recorded(trace: Trace, fail: Failure, device: int | None) -> _Others
         elif value > 0 and series.key.pid is not None:
             named += value
             pids.append(series.key.pid)
-    used = trace.series(Metric.GPU_USED, device=device)
+    used = facts.trace.series(Metric.GPU_USED, device=device)
     used_now = used.at(fail.t + 1e-9) if used is not None else None
     unaccounted = used_now - mine - named if used_now is not None else 0.0
     return _Others(named, unaccounted, tuple(pids))

@@ -4,23 +4,17 @@ from __future__ import annotations
 
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import POSSIBLE, STRONG, Signals
+from memdoc.rules.context import Facts
 from memdoc.rules.facts import (
     Failure,
     KeptGraphs,
-    failed_device,
-    failure,
-    frameworks,
-    kept_graphs,
     said,
-    steady_growth,
-    step_curve,
 )
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
     snippet,
 )
-from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes
 
 
@@ -80,20 +74,20 @@ step's worth of activations every iteration.
         ("PyTorch: autograd mechanics", "https://pytorch.org/docs/stable/notes/autograd.html"),
     )
 
-    def check(self, trace: Trace) -> Finding | None:
-        fail = failure(trace)
+    def check(self, facts: Facts) -> Finding | None:
+        fail = facts.failure
         if fail is None:
             return None
-        kept = None if trace.is_text_only else kept_graphs(trace)
+        kept = None if facts.is_text_only else facts.kept_graphs
         never_freed = kept is not None and not kept.freed
         if not never_freed and not said(fail).retain_graph:
             return None
         # Growth counts unless a later backward was seen freeing the graphs kept.
         growth = None
-        if not trace.is_text_only and (kept is None or never_freed):
-            growth = _growth(trace, fail)
+        if not facts.is_text_only and (kept is None or never_freed):
+            growth = _growth(facts, fail)
         if kept is not None and never_freed and growth is not None:
-            return self._never_freed(trace, fail, kept, growth)
+            return self._never_freed(facts, fail, kept, growth)
         if not said(fail).retain_graph:
             return None
         evidence = [bytes_evidence("growth per step", growth)] if growth else []
@@ -103,17 +97,17 @@ step's worth of activations every iteration.
         # retain_graph=True alone is common and harmless; growth per step makes it the cause.
         signals = Signals(STRONG if growth is not None else POSSIBLE)
         return self.finding(
-            trace,
+            facts,
             signals,
             summary,
             evidence,
             to_confirm=None
             if growth
             else "run under `memdoc run` to see whether memory grows per step",
-            frameworks=frameworks(trace, fail.oom) or ["pytorch"],
+            frameworks=facts.frameworks(fail.oom) or ["pytorch"],
         )
 
-    def _never_freed(self, trace: Trace, fail: Failure, kept: KeptGraphs, growth: float) -> Finding:
+    def _never_freed(self, facts: Facts, fail: Failure, kept: KeptGraphs, growth: float) -> Finding:
         """memdoc saw backward passes keep their graphs and none free one: with memory that
         grew step after step, each step's graph and saved activations are what grew."""
         at = f" at {kept.site}" if kept.site else ""
@@ -127,19 +121,19 @@ step's worth of activations every iteration.
             bytes_evidence("growth per step", growth),
         ]
         return self.finding(
-            trace,
+            facts,
             Signals.of(STRONG, graphs_never_freed=True),
             summary,
             evidence,
-            frameworks=frameworks(trace, fail.oom) or ["pytorch"],
+            frameworks=facts.frameworks(fail.oom) or ["pytorch"],
         )
 
 
-def _growth(trace: Trace, fail: Failure) -> float | None:
+def _growth(facts: Facts, fail: Failure) -> float | None:
     """The run's steady growth per step where the error came, if it grew."""
-    device = failed_device(trace, fail.oom)
-    curve = step_curve(trace, device if device is not None and device >= 0 else None)
-    fitted = steady_growth(trace, curve, fail) if curve is not None else None
+    device = facts.failed_device(fail.oom)
+    curve = facts.step_curve(device if device is not None and device >= 0 else None)
+    fitted = facts.steady_growth(curve, fail) if curve is not None else None
     return fitted[0].robust_slope_per_step if fitted is not None else None
 
 

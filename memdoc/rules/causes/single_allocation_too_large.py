@@ -7,24 +7,15 @@ import dataclasses
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.causes.xla_temp_buffers import made_inside_the_program
 from memdoc.rules.confidence import CAPPED, LIKELY, POSSIBLE, STRONG, Signals, capped
+from memdoc.rules.context import Facts
 from memdoc.rules.facts import (
     Failure,
     device_name,
-    device_total,
-    failed_device,
-    failure,
-    framework_at,
-    frameworks,
     planned_by_xla,
 )
 from memdoc.rules.host import (
     Held,
     Limit,
-    address_space_at_failure,
-    data_held,
-    host_limits,
-    on_host,
-    resident_at_failure,
 )
 from memdoc.rules.spec import (
     RuleSpec,
@@ -35,7 +26,6 @@ from memdoc.rules.spec import (
     snippet,
 )
 from memdoc.trace.model import Metric, OomInfo
-from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes, format_percent
 
 # A request this many times the device is not a batch that is a little too big.
@@ -126,12 +116,12 @@ volume processed at once, or a convolution asking for a huge workspace.
         ("JAX: jax.lax.map", "https://jax.readthedocs.io/en/latest/_autosummary/jax.lax.map.html"),
     )
 
-    def check(self, trace: Trace) -> Finding | None:
-        found = self._check(trace)
-        fail = failure(trace)
+    def check(self, facts: Facts) -> Finding | None:
+        found = self._check(facts)
+        fail = facts.failure
         if found is None or fail is None:
             return found
-        if not (planned_by_xla(fail.oom) or made_inside_the_program(trace, fail)):
+        if not (planned_by_xla(fail.oom) or made_inside_the_program(facts, fail)):
             return found
         if fail.oom.requested_unknown_huge:
             return found
@@ -146,45 +136,45 @@ volume processed at once, or a convolution asking for a huge workspace.
             reasons = (*reasons, f"{CAPPED}XLA's plan is the program's working memory")
         return dataclasses.replace(found, confidence=confidence, summary=summary, reasons=reasons)
 
-    def _check(self, trace: Trace) -> Finding | None:
-        fail = failure(trace)
+    def _check(self, facts: Facts) -> Finding | None:
+        fail = facts.failure
         if fail is None:
             return None
         oom = fail.oom
-        involved = frameworks(trace, oom)
+        involved = facts.frameworks(oom)
         if oom.requested_unknown_huge:
             summary = (
                 "The requested size is absurd (beyond any device): a size computation went wrong."
             )
             evidence = [Evidence("requested: more than any device has", None, "bytes")]
             return self.finding(
-                trace, Signals.of(STRONG, absurd=True), summary, evidence, frameworks=involved
+                facts, Signals.of(STRONG, absurd=True), summary, evidence, frameworks=involved
             )
         requested = oom.requested_bytes
         if not requested:
             return None
-        if on_host(trace, oom):
-            return self._on_host(trace, fail, requested, involved)
-        device = failed_device(trace, oom)
-        total = device_total(trace, device, oom)
+        if facts.on_host(oom):
+            return self._on_host(facts, fail, requested, involved)
+        device = facts.failed_device(oom)
+        total = facts.device_total(device, oom)
         if not total:
             largest = Limit("largest accelerator made", LARGEST_DEVICE_BYTES)
-            return self._beyond(trace, largest, requested, involved)
+            return self._beyond(facts, largest, requested, involved)
         capacity = Limit(f"{device_name(device)} total", total)
-        found = self._beyond(trace, capacity, requested, involved)
+        found = self._beyond(facts, capacity, requested, involved)
         if found is not None:
             return found
-        kept = _kept_bytes(trace, oom, device, fail.t)
+        kept = _kept_bytes(facts, oom, device, fail.t)
         if kept is None:
             return None
         held = Held("already allocated by the job", kept)
-        return self._beside_kept(trace, capacity, requested, held, involved) or self._alone(
-            trace, capacity, requested, held, involved
+        return self._beside_kept(facts, capacity, requested, held, involved) or self._alone(
+            facts, capacity, requested, held, involved
         )
 
     def _alone(
         self,
-        trace: Trace,
+        facts: Facts,
         capacity: Limit,
         requested: float,
         held: Held,
@@ -205,40 +195,40 @@ volume processed at once, or a convolution asking for a huge workspace.
             f"device, was asked for while the job held only {format_bytes(held.held_bytes)}: "
             "one tensor this large fits only on a nearly empty card."
         )
-        return self.finding(trace, Signals(POSSIBLE), summary, evidence, frameworks=involved)
+        return self.finding(facts, Signals(POSSIBLE), summary, evidence, frameworks=involved)
 
     def _on_host(
-        self, trace: Trace, fail: Failure, requested: float, involved: list[str]
+        self, facts: Facts, fail: Failure, requested: float, involved: list[str]
     ) -> Finding | None:
         """In host memory the limit is the tightest of an allocator's own limit, the
         process's address-space cap, the cgroup and RAM."""
         oom = fail.oom
         own = oom.total_bytes or oom.limit_bytes or oom.bfc_limit_bytes
         if own:
-            found = self._beyond(trace, Limit("allocator limit", own), requested, involved)
-            kept = _kept_bytes(trace, oom, oom.device, fail.t)
+            found = self._beyond(facts, Limit("allocator limit", own), requested, involved)
+            kept = _kept_bytes(facts, oom, oom.device, fail.t)
             if found is None and kept is not None:
                 held = Held("in use in the allocator", kept)
                 found = self._beside_kept(
-                    trace, Limit("allocator limit", own), requested, held, involved
+                    facts, Limit("allocator limit", own), requested, held, involved
                 )
-            if found is not None or trace.is_text_only:
+            if found is not None or facts.is_text_only:
                 return found
-        limits = [] if trace.is_text_only else host_limits(trace, fail.pid, fail.host)
+        limits = [] if facts.is_text_only else facts.host_limits(fail.pid, fail.host)
         if not limits:
             return None
         tightest = limits[0]
-        found = self._beyond(trace, tightest, requested, involved) or self._beyond_room(
-            trace, fail, limits, requested, involved
+        found = self._beyond(facts, tightest, requested, involved) or self._beyond_room(
+            facts, fail, limits, requested, involved
         )
-        resident = resident_at_failure(trace, fail)
+        resident = facts.resident_at_failure(fail)
         if found is None and resident is not None:
             held = Held("resident memory of the process", resident)
-            found = self._beside_kept(trace, tightest, requested, held, involved)
-        return found or self._dominant(trace, fail, tightest, requested, involved)
+            found = self._beside_kept(facts, tightest, requested, held, involved)
+        return found or self._dominant(facts, fail, tightest, requested, involved)
 
     def _beyond(
-        self, trace: Trace, capacity: Limit, requested: float, involved: list[str]
+        self, facts: Facts, capacity: Limit, requested: float, involved: list[str]
     ) -> Finding | None:
         """The request alone is more than the whole capacity."""
         if requested <= capacity.limit_bytes:
@@ -256,11 +246,11 @@ volume processed at once, or a convolution asking for a huge workspace.
             ratio_evidence(f"request / {capacity.label}", ratio),
         ]
         signals = Signals.of(STRONG, absurd=absurd)
-        return self.finding(trace, signals, summary, evidence, frameworks=involved)
+        return self.finding(facts, signals, summary, evidence, frameworks=involved)
 
     def _beyond_room(
         self,
-        trace: Trace,
+        facts: Facts,
         fail: Failure,
         limits: list[Limit],
         requested: float,
@@ -270,7 +260,7 @@ volume processed at once, or a convolution asking for a huge workspace.
         than the room the process had left (the cap minus its address space in use). A
         small request failing in a nearly full space is an accumulation, not this."""
         cap = next((lim for lim in limits if lim.label.startswith("address-space cap")), None)
-        in_use = address_space_at_failure(trace, fail)
+        in_use = facts.address_space_at_failure(fail)
         if cap is None or in_use is None:
             return None
         room = max(cap.limit_bytes - in_use, 0.0)
@@ -288,11 +278,11 @@ volume processed at once, or a convolution asking for a huge workspace.
             f"{format_percent(requested / cap.limit_bytes)} of the {format_bytes(cap.limit_bytes)} "
             f"{cap.label}, did not fit in the {format_bytes(room)} left under it."
         )
-        return self.finding(trace, Signals(LIKELY), summary, evidence, frameworks=involved)
+        return self.finding(facts, Signals(LIKELY), summary, evidence, frameworks=involved)
 
     def _beside_kept(
         self,
-        trace: Trace,
+        facts: Facts,
         capacity: Limit,
         requested: float,
         held: Held,
@@ -316,14 +306,14 @@ volume processed at once, or a convolution asking for a huge workspace.
         )
         # Possible, not likely: in real threads a request this size beside what the job kept
         # was settled by a smaller input or batch more often than by a fix of the one tensor.
-        return self.finding(trace, Signals(POSSIBLE), summary, evidence, frameworks=involved)
+        return self.finding(facts, Signals(POSSIBLE), summary, evidence, frameworks=involved)
 
     def _dominant(
-        self, trace: Trace, fail: Failure, limit: Limit, requested: float, involved: list[str]
+        self, facts: Facts, fail: Failure, limit: Limit, requested: float, involved: list[str]
     ) -> Finding | None:
         """Below the limit, but larger than all the data the program held: this one request,
         not an accumulation, is what did not fit."""
-        held = data_held(trace, fail)
+        held = facts.data_held
         if held is None or requested < DOMINANT_RATIO * held.held_bytes:
             return None
         evidence = [
@@ -340,7 +330,7 @@ volume processed at once, or a convolution asking for a huge workspace.
         )
         sizeable = requested >= SIZEABLE_SHARE * limit.limit_bytes
         return self.finding(
-            trace,
+            facts,
             Signals.of(POSSIBLE, sizeable=sizeable),
             summary,
             evidence,
@@ -352,14 +342,14 @@ volume processed at once, or a convolution asking for a huge workspace.
         )
 
 
-def _kept_bytes(trace: Trace, oom: OomInfo, device: int | None, t: float) -> float | None:
+def _kept_bytes(facts: Facts, oom: OomInfo, device: int | None, t: float) -> float | None:
     if oom.allocated_bytes is not None:
         return oom.allocated_bytes
     if oom.bfc_in_use_bytes is not None:
         return oom.bfc_in_use_bytes
-    if trace.is_text_only or device is None:
+    if facts.is_text_only or device is None:
         return None
-    return framework_at(trace, Metric.ALLOCATED, device, t)
+    return facts.framework_at(Metric.ALLOCATED, device, t)
 
 
 RULE = SingleAllocationTooLarge()

@@ -6,7 +6,8 @@ import statistics
 
 from memdoc.rules.base import Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, Signals
-from memdoc.rules.facts import failed_device, failure, frameworks, said, step_curve
+from memdoc.rules.context import Facts
+from memdoc.rules.facts import said
 from memdoc.rules.spec import (
     RuleSpec,
     count_evidence,
@@ -14,7 +15,6 @@ from memdoc.rules.spec import (
     snippet,
 )
 from memdoc.trace.model import Metric
-from memdoc.trace.reader import Trace
 
 MIN_STEPS = 6
 # Per-step peaks that vary this much (coefficient of variation) come from varying shapes.
@@ -103,21 +103,21 @@ step reuse the same blocks and compiled programs.
         ("JAX: jit and recompilation", "https://jax.readthedocs.io/en/latest/jit-compilation.html"),
     )
 
-    def check(self, trace: Trace) -> Finding | None:
-        fail = failure(trace)
-        if trace.is_text_only:
+    def check(self, facts: Facts) -> Finding | None:
+        fail = facts.failure
+        if facts.is_text_only:
             if fail is None or not said(fail).retracing:
                 return None
             return self.finding(
-                trace,
+                facts,
                 Signals(POSSIBLE),
                 "The log shows recompilation for new input shapes before the error.",
                 [],
                 to_confirm="record the pool with `memdoc run`: it rises at each new shape",
-                frameworks=frameworks(trace, fail.oom),
+                frameworks=facts.frameworks(fail.oom),
             )
-        device = failed_device(trace, fail.oom if fail else None)
-        curve = step_curve(trace, device if device is not None and device >= 0 else None)
+        device = facts.failed_device(fail.oom if fail else None)
+        curve = facts.step_curve(device if device is not None and device >= 0 else None)
         if curve is None or curve.on_host or len(curve.steps) < MIN_STEPS:
             return None
         peaks = [s.peak for s in curve.steps if s.peak is not None]
@@ -125,7 +125,7 @@ step reuse the same blocks and compiled programs.
             return None
         variation = statistics.pstdev(peaks) / statistics.mean(peaks)
         new_highs = _pool_new_highs(
-            trace, curve.metric, curve.device, curve.pid, [s.t_end for s in curve.steps]
+            facts, curve.metric, curve.device, curve.pid, [s.t_end for s in curve.steps]
         )
         if variation < VARYING_PEAKS or new_highs < MIN_NEW_HIGHS:
             return None
@@ -140,15 +140,15 @@ step reuse the same blocks and compiled programs.
             f"The pool grew at {new_highs} separate steps while per-step peaks varied by "
             f"{variation:.0%}: new shapes kept arriving."
         )
-        return self.finding(trace, signals, summary, evidence, frameworks=frameworks(trace))
+        return self.finding(facts, signals, summary, evidence, frameworks=facts.frameworks())
 
 
 def _pool_new_highs(
-    trace: Trace, allocated_metric: str, device: int | None, pid: int | None, ends: list[float]
+    facts: Facts, allocated_metric: str, device: int | None, pid: int | None, ends: list[float]
 ) -> int:
     """Steps (after the first two) at which the pool reached a new high."""
     metric = allocated_metric.rsplit(".", 1)[0] + "." + Metric.RESERVED
-    series = trace.series(metric, device, pid)
+    series = facts.trace.series(metric, device, pid)
     if series is None:
         return 0
     highs = 0

@@ -4,13 +4,7 @@ from __future__ import annotations
 
 from memdoc.rules.base import Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals
-from memdoc.rules.facts import (
-    device_peak_used,
-    failed_device,
-    failure,
-    framework_devices,
-    frameworks,
-)
+from memdoc.rules.context import Facts
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
@@ -18,7 +12,6 @@ from memdoc.rules.spec import (
     snippet,
 )
 from memdoc.trace.model import Metric, OomInfo
-from memdoc.trace.reader import Trace
 from memdoc.units import GiB, format_bytes
 
 BUSY_SHARE = 0.85
@@ -109,36 +102,36 @@ checkpoints saved on GPU 0 and loaded without `map_location`, end up on GPU 0.
         ),
     )
 
-    def check(self, trace: Trace) -> Finding | None:
-        fail = failure(trace)
+    def check(self, facts: Facts) -> Finding | None:
+        fail = facts.failure
         oom = fail.oom if fail is not None else None
-        if trace.is_text_only:
-            return self._rank_on_gpu0(trace, oom) if oom is not None else None
-        found = self._away_from_local_rank(trace) or self._crowded(trace, oom)
+        if facts.is_text_only:
+            return self._rank_on_gpu0(facts, oom) if oom is not None else None
+        found = self._away_from_local_rank(facts) or self._crowded(facts, oom)
         if found is not None or oom is None:
             return found
-        failed = failed_device(trace, oom)
-        return self._idle_neighbour(trace, failed) if failed is not None else None
+        failed = facts.failed_device(oom)
+        return self._idle_neighbour(facts, failed) if failed is not None else None
 
-    def _crowded(self, trace: Trace, oom: OomInfo | None) -> Finding | None:
+    def _crowded(self, facts: Facts, oom: OomInfo | None) -> Finding | None:
         """Several of this job's processes each work on one GPU: ranks that never chose a
         device of their own. Other GPUs left idle, or the failure there, say it was not meant."""
-        failed = failed_device(trace, oom)
-        for device in trace.devices():
-            total = trace.device_total_bytes(device.index) if device.index >= 0 else None
+        failed = facts.failed_device(oom)
+        for device in facts.trace.devices():
+            total = facts.trace.device_total_bytes(device.index) if device.index >= 0 else None
             if not total:
                 continue
-            working = _working_processes(trace, oom, device.index, total)
-            idle = _idle_devices(trace, device.index)
+            working = _working_processes(facts, oom, device.index, total)
+            idle = _idle_devices(facts, device.index)
             failed_here = oom is not None and failed == device.index
             if len(working) < 2 or not (failed_here or idle):
                 continue
-            return self._report_crowded(trace, device.index, working, idle, failed_here)
+            return self._report_crowded(facts, device.index, working, idle, failed_here)
         return None
 
     def _report_crowded(
         self,
-        trace: Trace,
+        facts: Facts,
         device: int,
         working: dict[int, float],
         idle: list[int],
@@ -159,7 +152,7 @@ checkpoints saved on GPU 0 and loaded without `map_location`, end up on GPU 0.
             count_evidence("other GPUs left idle", len(idle)),
         ]
         return self.finding(
-            trace,
+            facts,
             Signals.of(
                 LIKELY,
                 failed_there=failed_here,
@@ -172,10 +165,10 @@ checkpoints saved on GPU 0 and loaded without `map_location`, end up on GPU 0.
                 "check that each rank calls torch.cuda.set_device(LOCAL_RANK) before any CUDA "
                 "call, or sees only its own GPU through CUDA_VISIBLE_DEVICES"
             ),
-            frameworks=frameworks(trace, None),
+            frameworks=facts.frameworks(None),
         )
 
-    def _rank_on_gpu0(self, trace: Trace, oom: OomInfo) -> Finding | None:
+    def _rank_on_gpu0(self, facts: Facts, oom: OomInfo) -> Finding | None:
         """A rank above 0 failing on GPU 0: the classic missing `set_device`."""
         if oom.rank is None or oom.rank <= 0 or oom.device != 0:
             return None
@@ -185,7 +178,7 @@ checkpoints saved on GPU 0 and loaded without `map_location`, end up on GPU 0.
             count_evidence("device it used", 0),
         ]
         return self.finding(
-            trace,
+            facts,
             Signals(POSSIBLE),
             summary,
             evidence,
@@ -193,14 +186,14 @@ checkpoints saved on GPU 0 and loaded without `map_location`, end up on GPU 0.
                 "check whether each rank sees only its own GPU (CUDA_VISIBLE_DEVICES); "
                 "if not, run under `memdoc run` to see where each rank allocates"
             ),
-            frameworks=frameworks(trace, oom),
+            frameworks=facts.frameworks(oom),
         )
 
-    def _away_from_local_rank(self, trace: Trace) -> Finding | None:
+    def _away_from_local_rank(self, facts: Facts) -> Finding | None:
         """The framework allocated on devices other than the one LOCAL_RANK names."""
-        expected = _expected_device(trace)
-        used = set().union(*framework_devices(trace).values())
-        if expected is None or not used or expected in used or _one_visible_gpu(trace):
+        expected = _expected_device(facts)
+        used = set().union(*facts.framework_devices().values())
+        if expected is None or not used or expected in used or _one_visible_gpu(facts):
             return None
         summary = (
             f"Rank with LOCAL_RANK={expected} allocated on GPU "
@@ -210,19 +203,21 @@ checkpoints saved on GPU 0 and loaded without `map_location`, end up on GPU 0.
             count_evidence("expected device (LOCAL_RANK)", expected),
             count_evidence("devices it used", len(used)),
         ]
-        return self.finding(trace, Signals(STRONG), summary, evidence, frameworks=frameworks(trace))
+        return self.finding(
+            facts, Signals(STRONG), summary, evidence, frameworks=facts.frameworks()
+        )
 
-    def _idle_neighbour(self, trace: Trace, failed: int) -> Finding | None:
-        total = trace.device_total_bytes(failed)
-        busy = device_peak_used(trace, failed)
+    def _idle_neighbour(self, facts: Facts, failed: int) -> Finding | None:
+        total = facts.trace.device_total_bytes(failed)
+        busy = facts.device_peak_used(failed)
         if not total or busy is None or busy < BUSY_SHARE * total:
             return None
-        idle = _idle_devices(trace, failed)
+        idle = _idle_devices(facts, failed)
         if not idle:
             return None
         other = idle[0]
-        other_total = trace.device_total_bytes(other) or 0
-        used = device_peak_used(trace, other) or 0.0
+        other_total = facts.trace.device_total_bytes(other) or 0
+        used = facts.device_peak_used(other) or 0.0
         summary = (
             f"GPU {failed} ran out while GPU {other} stayed idle "
             f"({format_bytes(used)} used of {format_bytes(other_total)})."
@@ -232,23 +227,23 @@ checkpoints saved on GPU 0 and loaded without `map_location`, end up on GPU 0.
             bytes_evidence(f"peak used on GPU {other}", used),
         ]
         return self.finding(
-            trace,
+            facts,
             Signals(POSSIBLE),
             summary,
             evidence,
             to_confirm="check which device the script selects (`cuda:0` hard-coded?)",
-            frameworks=frameworks(trace),
+            frameworks=facts.frameworks(),
         )
 
 
 def _working_processes(
-    trace: Trace, oom: OomInfo | None, device: int, total: float
+    facts: Facts, oom: OomInfo | None, device: int, total: float
 ) -> dict[int, float]:
     """{pid: bytes} of this job's processes that hold more than a context on the device,
     from NVML's per-process figures and from the processes the error text names."""
-    ours = trace.our_pids()
+    ours = facts.trace.our_pids()
     held: dict[int, float] = {}
-    for series in trace.series_for(Metric.GPU_PROC_USED, device=device):
+    for series in facts.trace.series_for(Metric.GPU_PROC_USED, device=device):
         top = series.max()
         if series.key.pid in ours and top is not None:
             held[series.key.pid] = top[1]
@@ -260,25 +255,25 @@ def _working_processes(
     return {pid: used for pid, used in held.items() if used >= floor}
 
 
-def _idle_devices(trace: Trace, busy: int) -> list[int]:
+def _idle_devices(facts: Facts, busy: int) -> list[int]:
     """Other GPUs of the machine that the job left (nearly) empty."""
     idle = []
-    for device in trace.devices():
-        total = trace.device_total_bytes(device.index) if device.index >= 0 else None
-        used = device_peak_used(trace, device.index) if total else None
+    for device in facts.trace.devices():
+        total = facts.trace.device_total_bytes(device.index) if device.index >= 0 else None
+        used = facts.device_peak_used(device.index) if total else None
         if device.index != busy and total and used is not None and used <= IDLE_SHARE * total:
             idle.append(device.index)
     return idle
 
 
-def _one_visible_gpu(trace: Trace) -> bool:
+def _one_visible_gpu(facts: Facts) -> bool:
     """Each rank sees only its own GPU, which it then calls device 0."""
-    visible = trace.header.env.get("CUDA_VISIBLE_DEVICES")
+    visible = facts.trace.header.env.get("CUDA_VISIBLE_DEVICES")
     return visible is not None and "," not in visible
 
 
-def _expected_device(trace: Trace) -> int | None:
-    value = trace.header.env.get("LOCAL_RANK")
+def _expected_device(facts: Facts) -> int | None:
+    value = facts.trace.header.env.get("LOCAL_RANK")
     if value is None or not value.isdigit():
         return None
     return int(value)

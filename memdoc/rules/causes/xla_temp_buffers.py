@@ -5,8 +5,8 @@ from __future__ import annotations
 from memdoc.kinds import OomKind
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
-from memdoc.rules.facts import Failure, failure, frameworks, said, specific_library
-from memdoc.rules.host import data_held, shortfall_at_failure
+from memdoc.rules.context import Facts
+from memdoc.rules.facts import Failure, said, specific_library
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
@@ -14,7 +14,6 @@ from memdoc.rules.spec import (
     ratio_text,
     snippet,
 )
-from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes
 
 # A request this many times all the data the program held was made inside the program.
@@ -29,7 +28,7 @@ TEMP_SHARE = 0.5
 _TO_CONFIRM = "print `jax.jit(f).lower(...).compile().memory_analysis()`"
 
 
-def made_inside_the_program(trace: Trace, fail: Failure) -> bool:
+def made_inside_the_program(facts: Facts, fail: Failure) -> bool:
     """An XLA request far larger than all the data the program held: the compiled program
     made it (a temporary), so a smaller batch or rematerialisation shrinks it."""
     oom = fail.oom
@@ -38,7 +37,7 @@ def made_inside_the_program(trace: Trace, fail: Failure) -> bool:
         return False
     if fail.jitted_call == "":
         return False  # no jitted function of the program ran: one eager operation made it
-    held = data_held(trace, fail)
+    held = facts.data_held
     return held is not None and requested >= FAR_LARGER * held.held_bytes
 
 
@@ -117,23 +116,23 @@ sequences scale the temporaries.
         ),
     )
 
-    def check(self, trace: Trace) -> Finding | None:
-        fail = failure(trace)
+    def check(self, facts: Facts) -> Finding | None:
+        fail = facts.failure
         if fail is None:
             return None
         oom = fail.oom
-        involved = frameworks(trace, oom)
+        involved = facts.frameworks(oom)
         if (
             oom.xla_temp_bytes
             or oom.xla_buffers
             or oom.kind == OomKind.COMPILE
             or said(fail).xla_buffer_plan
         ):
-            return self._planned(trace, fail, involved)
+            return self._planned(facts, fail, involved)
         if fail.jitted_call == "":
             return None  # an eager operation's result, not a compiled program's working set
         analysed = (
-            self._analysed(trace, fail, involved) if fail.compiled.keys() >= _ANALYSED else None
+            self._analysed(facts, fail, involved) if fail.compiled.keys() >= _ANALYSED else None
         )
         if analysed is not None:
             return analysed
@@ -142,18 +141,18 @@ sequences scale the temporaries.
             and specific_library(oom) is None
             and said(fail).xla_out_of_memory
         ):
-            return self._unplanned(trace, fail, involved)
+            return self._unplanned(facts, fail, involved)
         return None
 
-    def _unplanned(self, trace: Trace, fail: Failure, involved: list[str]) -> Finding:
+    def _unplanned(self, facts: Facts, fail: Failure, involved: list[str]) -> Finding:
         """No buffer plan in the text: weigh the request against the data the program held."""
         requested = fail.oom.requested_bytes
         evidence = [bytes_evidence("requested", requested)] if requested else []
-        held = data_held(trace, fail) if requested else None
+        held = facts.data_held if requested else None
         if held is None or not requested:
             summary = "XLA could not allocate a buffer for the compiled program."
             return self.finding(
-                trace,
+                facts,
                 Signals(WEAK),
                 summary,
                 evidence,
@@ -171,16 +170,16 @@ sequences scale the temporaries.
                 "program held: a buffer its compiled program makes from small inputs, such as "
                 "a temporary."
             )
-            return self.finding(trace, Signals(LIKELY), summary, evidence, frameworks=involved)
+            return self.finding(facts, Signals(LIKELY), summary, evidence, frameworks=involved)
         summary = (
             f"XLA could not allocate {format_bytes(requested)}, in proportion to the data the "
             "program held: as likely an ordinary result array as a temporary of the program."
         )
         return self.finding(
-            trace, Signals(WEAK), summary, evidence, to_confirm=_TO_CONFIRM, frameworks=involved
+            facts, Signals(WEAK), summary, evidence, to_confirm=_TO_CONFIRM, frameworks=involved
         )
 
-    def _analysed(self, trace: Trace, fail: Failure, involved: list[str]) -> Finding | None:
+    def _analysed(self, facts: Facts, fail: Failure, involved: list[str]) -> Finding | None:
         """XLA's own memory analysis of the compiled call that failed: what its plan holds
         at once, and whether donating the arguments it replaces or its temporaries decide."""
         plan = fail.compiled
@@ -189,7 +188,7 @@ sequences scale the temporaries.
         if needed <= 0:
             return None
         name = f"`{fail.jitted_call}`" if fail.jitted_call else "the jitted call"
-        short = shortfall_at_failure(trace, fail)
+        short = facts.shortfall_at_failure(fail)
         # Outputs that could have been written into the arguments they replace, were those
         # donated: at most the smaller of the two, less what already was.
         donatable = max(min(arguments, outputs) - alias, 0)
@@ -217,7 +216,7 @@ sequences scale the temporaries.
                 STRONG if short is not None else LIKELY, donation_would_make_room=short is not None
             )
             return self.finding(
-                trace,
+                facts,
                 signals,
                 summary,
                 evidence,
@@ -230,12 +229,12 @@ sequences scale the temporaries.
                 f"{temp / needed:.0%} of the {format_bytes(needed)} its plan holds at once."
             )
             return self.finding(
-                trace, Signals(LIKELY), summary, evidence, frameworks=involved or ["jax"]
+                facts, Signals(LIKELY), summary, evidence, frameworks=involved or ["jax"]
             )
         return None  # the plan is its arguments and outputs, donated where they could be:
         # weighed below as any request is
 
-    def _planned(self, trace: Trace, fail: Failure, involved: list[str]) -> Finding:
+    def _planned(self, facts: Facts, fail: Failure, involved: list[str]) -> Finding:
         oom = fail.oom
         evidence: list[Evidence] = []
         for label, value in (
@@ -267,7 +266,7 @@ sequences scale the temporaries.
         signals = Signals.of(
             POSSIBLE, temporaries_dominate=temp_dominates, buffers_listed=bool(oom.xla_buffers)
         )
-        return self.finding(trace, signals, summary, evidence, frameworks=involved or ["jax"])
+        return self.finding(facts, signals, summary, evidence, frameworks=involved or ["jax"])
 
 
 RULE = XlaTempBuffers()

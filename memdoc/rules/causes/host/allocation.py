@@ -5,24 +5,23 @@ from __future__ import annotations
 from memdoc.oom.hostcues import HostCues
 from memdoc.rules.causes.host.verdict import Verdict
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
+from memdoc.rules.context import Facts
 from memdoc.rules.facts import Failure
-from memdoc.rules.host import gpu_recorded, host_limits
-from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes
 
 _WATCH = "watch the process's memory as it fails (`memdoc run`)"
 
 
-def failed_allocation(trace: Trace, fail: Failure, cues: HostCues, *, workers: bool) -> Verdict:
+def failed_allocation(facts: Facts, fail: Failure, cues: HostCues, *, workers: bool) -> Verdict:
     """A host allocation failed: the limit itself only when nothing else can be blamed."""
     if workers:
         return Verdict(Signals(STRONG), "A DataLoader worker could not allocate host memory (RAM).")
-    if trace.is_text_only:
+    if facts.is_text_only:
         return _from_text(fail, cues)
-    if gpu_recorded(trace):
+    if facts.gpu_recorded:
         summary = "A host memory (RAM) allocation failed in a GPU job: RAM, not the GPU, ran out."
         return Verdict(Signals(LIKELY), summary)
-    limits = host_limits(trace, fail.pid, fail.host)
+    limits = facts.host_limits(fail.pid, fail.host)
     under = f" under the {format_bytes(limits[0].limit_bytes)} {limits[0].label}" if limits else ""
     summary = (
         f"An allocation in host memory failed{under}. The run used no GPU, so every memory "

@@ -5,36 +5,33 @@ from __future__ import annotations
 from memdoc.kinds import LimitKind
 from memdoc.rules.base import Evidence
 from memdoc.rules.causes.host.pressure import Pressure, pressure_evidence
+from memdoc.rules.context import Facts
 from memdoc.rules.facts import Failure
 from memdoc.rules.host import (
     Limit,
-    address_space_at_failure,
-    host_limits,
-    resident_at_failure,
 )
 from memdoc.rules.spec import bytes_evidence, share_evidence
 from memdoc.trace.model import Metric
-from memdoc.trace.reader import Trace
 
 
-def error_evidence(trace: Trace, fail: Failure, pressure: Pressure | None) -> list[Evidence]:
+def error_evidence(facts: Facts, fail: Failure, pressure: Pressure | None) -> list[Evidence]:
     """The request, then the job's memory against its limit, or the failing process's own."""
     evidence: list[Evidence] = []
     if fail.oom.requested_bytes:
         evidence.append(bytes_evidence("requested in host memory", fail.oom.requested_bytes))
     if pressure is None:
         return evidence
-    limits = host_limits(trace, fail.pid, fail.host)
+    limits = facts.host_limits(fail.pid, fail.host)
     own = limits[0] if limits else None
     if own is not None and pressure.limit_bytes and own.limit_bytes < pressure.limit_bytes:
         # The failing process had a limit of its own, tighter than the job's (a rank that
         # set RLIMIT_AS, a worker in a smaller cgroup): weigh it against that one.
         evidence.extend(pressure_evidence(pressure, with_limit=False))
-        evidence.extend(_own_limit_evidence(trace, fail, own))
+        evidence.extend(_own_limit_evidence(facts, fail, own))
         return evidence
     evidence.extend(pressure_evidence(pressure))
-    evidence.extend(_dead_processes(trace, fail))
-    resident = resident_at_failure(trace, fail)
+    evidence.extend(_dead_processes(facts, fail))
+    resident = facts.resident_at_failure(fail)
     if limits and limits[0].label.startswith("address-space") and resident:
         cap = bytes_evidence(limits[0].label, limits[0].limit_bytes)
         if cap.text not in {e.text for e in evidence}:  # the job's limit may be this cap
@@ -43,24 +40,24 @@ def error_evidence(trace: Trace, fail: Failure, pressure: Pressure | None) -> li
     return evidence
 
 
-def _dead_processes(trace: Trace, fail: Failure) -> list[Evidence]:
+def _dead_processes(facts: Facts, fail: Failure) -> list[Evidence]:
     """The peaks of the other processes the error says died (workers, children)."""
     evidence = []
     for process in fail.oom.processes:
-        worker = trace.peak(Metric.HOST_RSS, None, process.pid) if process.pid else None
+        worker = facts.trace.peak(Metric.HOST_RSS, None, process.pid) if process.pid else None
         if worker is not None and process.pid != fail.pid:
             label = f"peak resident memory of process {process.pid}, which died"
             evidence.append(bytes_evidence(label, worker[1]))
     return evidence
 
 
-def _own_limit_evidence(trace: Trace, fail: Failure, own: Limit) -> list[Evidence]:
+def _own_limit_evidence(facts: Facts, fail: Failure, own: Limit) -> list[Evidence]:
     """The failing process's own limit and what it counts (address space for RLIMIT_AS,
     resident memory for a cgroup), at the error."""
     if own.kind == LimitKind.RLIMIT_AS:
-        label, used = "address space of the failing process", address_space_at_failure(trace, fail)
+        label, used = "address space of the failing process", facts.address_space_at_failure(fail)
     else:
-        label, used = "resident memory of the failing process", resident_at_failure(trace, fail)
+        label, used = "resident memory of the failing process", facts.resident_at_failure(fail)
     evidence = [bytes_evidence(own.label, own.limit_bytes)]
     if used is not None:
         evidence.append(bytes_evidence(label, used))

@@ -9,11 +9,11 @@ from pathlib import Path
 from memdoc.kinds import OomKind
 from memdoc.oom.hostcues import HostCues, Scheduler
 from memdoc.rules.base import Fix
+from memdoc.rules.context import Facts
 from memdoc.rules.facts import Failure
 from memdoc.rules.host import in_data_loading, in_model_loading
 from memdoc.rules.spec import snippet
 from memdoc.trace.model import Metric
-from memdoc.trace.reader import Trace
 
 WORKERS_FIX = Fix(
     "pytorch",
@@ -147,8 +147,8 @@ def error_signs(fail: Failure, cues: HostCues) -> Signs:
     )
 
 
-def recorded_signs(trace: Trace, *, killed: bool) -> Signs:
+def recorded_signs(facts: Facts, *, killed: bool) -> Signs:
     """What a recording without a host error points at: the kill, and the workers where
     more than one of the job's processes held host memory (workers, ranks, children)."""
-    pids = {k.pid for k in trace.series_keys() if k.metric == Metric.HOST_RSS and k.pid}
+    pids = {k.pid for k in facts.trace.series_keys() if k.metric == Metric.HOST_RSS and k.pid}
     return Signs(killed=killed, workers=len(pids) > 1)

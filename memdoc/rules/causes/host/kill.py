@@ -6,20 +6,20 @@ from memdoc.oom.hostcues import HostCues, Killer, WorkerEnd
 from memdoc.rules.causes.host.pressure import Pressure
 from memdoc.rules.causes.host.verdict import Verdict
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
+from memdoc.rules.context import Facts
 from memdoc.rules.facts import Failure
 from memdoc.trace.model import EventKind
-from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes
 
 SIGKILL = 9
 KILL_HINT = 'run `dmesg | grep -i "killed process"` to see the kill'
 
 
-def killed_by_signal(trace: Trace) -> bool:
+def killed_by_signal(facts: Facts) -> bool:
     """The job, or one of its processes, ended by SIGKILL."""
-    if trace.exit is not None and trace.exit.signal == SIGKILL:
+    if facts.trace.exit is not None and facts.trace.exit.signal == SIGKILL:
         return True
-    return any(e.data.get("signal") == SIGKILL for e in trace.events(EventKind.PROCESS_EXIT))
+    return any(e.data.get("signal") == SIGKILL for e in facts.trace.events(EventKind.PROCESS_EXIT))
 
 
 def text_kill(cues: HostCues) -> Verdict:
@@ -45,9 +45,9 @@ def worker_death(cues: HostCues) -> Verdict:
     return Verdict(Signals(POSSIBLE), summary)
 
 
-def recorded_kill(trace: Trace, fail: Failure | None, pressure: Pressure) -> Verdict | None:
+def recorded_kill(facts: Facts, fail: Failure | None, pressure: Pressure) -> Verdict | None:
     """No host error text: the OOM-kill counter, a SIGKILL and the memory curve tell."""
-    killed = killed_by_signal(trace)
+    killed = killed_by_signal(facts)
     if pressure.oom_kills > 0:
         summary = f"The kernel's OOM killer killed {pressure.oom_kills:g} process(es) of this job."
         return Verdict(Signals.of(STRONG, near_limit=pressure.near_limit), summary)

@@ -6,12 +6,11 @@ from dataclasses import dataclass
 
 from memdoc.kinds import LimitKind
 from memdoc.rules.base import Evidence
-from memdoc.rules.facts import root_pid
-from memdoc.rules.host import Limit, job_limit, job_peak_resident
+from memdoc.rules.context import Facts
+from memdoc.rules.host import Limit
 from memdoc.rules.spec import bytes_evidence, count_evidence, share_evidence
 from memdoc.thresholds import nearly_full
 from memdoc.trace.model import Metric
-from memdoc.trace.reader import Trace
 from memdoc.units import format_bytes
 
 # A SIGKILL with memory below this share of the limit, and no OOM kill counted, was not for
@@ -77,18 +76,18 @@ class Pressure:
         return share is not None and nearly_full(share, 1.0)
 
 
-def job_pressure(trace: Trace) -> Pressure | None:
+def job_pressure(facts: Facts) -> Pressure | None:
     """The job's peak, its limit and the OOM kills counted; None when none was recorded."""
-    held = job_peak_resident(trace)
-    limit = job_limit(trace)
-    kills = trace.series(Metric.CGROUP_OOM_KILLS)
+    held = facts.job_peak_resident()
+    limit = facts.job_limit()
+    kills = facts.trace.series(Metric.CGROUP_OOM_KILLS)
     rose = 0.0
     counted = kills is not None and len(kills) > 0
     if kills is not None and counted:
         rose = max(kills.values) - kills.values[0]
     if held is None and limit is None and kills is None:
         return None
-    counted_label, counted_bytes = _counted(trace, limit, held.label if held else "")
+    counted_label, counted_bytes = _counted(facts, limit, held.label if held else "")
     return Pressure(
         held.held_bytes if held else None,
         limit.limit_bytes if limit else None,
@@ -101,16 +100,16 @@ def job_pressure(trace: Trace) -> Pressure | None:
     )
 
 
-def _counted(trace: Trace, limit: Limit | None, held_label: str) -> tuple[str, float | None]:
+def _counted(facts: Facts, limit: Limit | None, held_label: str) -> tuple[str, float | None]:
     """What the binding limit measures, when it is not the job's resident memory."""
     if limit is None:
         return "", None
     if limit.kind == LimitKind.CGROUP and "cgroup" not in held_label:
-        usage = trace.peak(Metric.CGROUP_USAGE)
+        usage = facts.trace.peak(Metric.CGROUP_USAGE)
         if usage is not None:
             return _CGROUP_USAGE, usage[1]
     if limit.kind == LimitKind.RLIMIT_AS:
-        vms = trace.peak(Metric.HOST_VMS, None, root_pid(trace))
+        vms = facts.trace.peak(Metric.HOST_VMS, None, facts.root_pid)
         if vms is not None:
             return _ADDRESS_SPACE, vms[1]
     return "", None

@@ -1,0 +1,198 @@
+"""What a rule is given: one trace, read-only, and the named questions it answers.
+
+The engine makes one `Facts` for each trace it diagnoses and hands it to every rule, so a
+question two rules ask (the failure, the step curve, what the program held) is answered
+once. Rules read the trace through it and never change it.
+
+The answers come from the functions of `memdoc.rules.facts` and `memdoc.rules.host`, which
+the report and the dashboard also call on a trace of their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TypeVar
+
+from memdoc.rules import facts as _facts
+from memdoc.rules import host as _host
+from memdoc.rules.facts import Curve, Failure, KeptGraphs
+from memdoc.rules.host import Counted, Held, Limit
+from memdoc.rules.trend import Trend
+from memdoc.trace.model import OomInfo
+from memdoc.trace.phases import BatchSearch, Phase, batch_search, phase_at, phases
+from memdoc.trace.reader import Series, Trace
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, eq=False)
+class Facts:
+    """The named questions rules ask of one trace. The trace must not change while rules
+    read it: the engine diagnoses a trace that is complete, or a copy of a live one."""
+
+    trace: Trace
+    _answers: dict[tuple[object, ...], object] = field(default_factory=dict, repr=False)
+
+    def _once(self, key: tuple[object, ...], answer: Callable[[], _T]) -> _T:
+        """`answer()`, asked once per key for this trace."""
+        if key not in self._answers:
+            self._answers[key] = answer()
+        value: _T = self._answers[key]  # type: ignore[assignment]
+        return value
+
+    # -- the trace as recorded ------------------------------------------------------------
+
+    @property
+    def is_text_only(self) -> bool:
+        """Only an error text was read: no series, steps or processes."""
+        return self.trace.is_text_only
+
+    @cached_property
+    def failure(self) -> Failure | None:
+        """The memory error the run ended with (else the first recorded), with its stack."""
+        return _facts.failure(self.trace)
+
+    @cached_property
+    def oom(self) -> OomInfo | None:
+        """The failure's parsed error, where there is one."""
+        return self.failure.oom if self.failure is not None else None
+
+    @cached_property
+    def root_pid(self) -> int | None:
+        return _facts.root_pid(self.trace)
+
+    @cached_property
+    def kept_graphs(self) -> KeptGraphs | None:
+        return _facts.kept_graphs(self.trace)
+
+    @cached_property
+    def batch_search(self) -> BatchSearch | None:
+        """The batch sizes a finder tried, where one ran (never in an error text alone)."""
+        return None if self.is_text_only else batch_search(self.trace)
+
+    @cached_property
+    def phases(self) -> list[Phase]:
+        """Every loop phase (training, evaluation, prediction), in time order per process."""
+        return phases(self.trace)
+
+    def phase_at(self, t: float, pid: int | None = None) -> Phase | None:
+        """The loop phase `pid` (any process when None) was in at `t`, if a loop said."""
+        return phase_at(self.trace, t, pid)
+
+    @cached_property
+    def gpu_recorded(self) -> bool:
+        return _host.gpu_recorded(self.trace)
+
+    # -- frameworks and devices -----------------------------------------------------------
+
+    def frameworks(self, oom: OomInfo | None = None) -> list[str]:
+        """The GPU frameworks involved: those imported, and the one the error names."""
+        return _facts.frameworks(self.trace, oom)
+
+    def failed_device(self, oom: OomInfo | None) -> int | None:
+        return _facts.failed_device(self.trace, oom)
+
+    def device_total(self, device: int | None, oom: OomInfo | None = None) -> int | None:
+        return _facts.device_total(self.trace, device, oom)
+
+    def device_peak_used(self, device: int) -> float | None:
+        return _facts.device_peak_used(self.trace, device)
+
+    def sum_at(self, metric: str, device: int | None, t: float) -> float | None:
+        return _facts.sum_at(self.trace, metric, device, t)
+
+    def framework_at(self, quantity: str, device: int | None, t: float) -> float | None:
+        return _facts.framework_at(self.trace, quantity, device, t)
+
+    def series_named(self, metric: str) -> list[Series]:
+        return _facts.series_named(self.trace, metric)
+
+    def framework_devices(self) -> dict[str, set[int]]:
+        return _facts.framework_devices(self.trace)
+
+    # -- the memory curve at step boundaries ----------------------------------------------
+
+    def step_curve(self, device: int | None = None) -> Curve | None:
+        return self._once(("step_curve", device), lambda: _facts.step_curve(self.trace, device))
+
+    def host_curve(self) -> Curve | None:
+        return self._once(("host_curve",), lambda: _facts.host_curve(self.trace))
+
+    def host_curve_metric(self, pid: int | None = None) -> str | None:
+        return _facts.host_curve_metric(self.trace, pid)
+
+    def rank_curves(self) -> list[tuple[int, Curve]]:
+        return _facts.rank_curves(self.trace)
+
+    def measured_baselines(self, curve: Curve) -> list[tuple[int, float]]:
+        return _facts.measured_baselines(self.trace, curve)
+
+    def baseline_trend(
+        self,
+        curve: Curve,
+        *,
+        warmup: int | None = None,
+        min_steps: int = _facts.MIN_TREND_STEPS,
+    ) -> tuple[Trend, float] | None:
+        return _facts.baseline_trend(self.trace, curve, warmup=warmup, min_steps=min_steps)
+
+    def filling_trend(
+        self, curve: Curve, *, held_share: float, min_steps: int = _facts.MIN_TREND_STEPS
+    ) -> tuple[Trend, float, int] | None:
+        return _facts.filling_trend(self.trace, curve, held_share=held_share, min_steps=min_steps)
+
+    def steady_growth(self, curve: Curve, fail: Failure | None) -> tuple[Trend, float, int] | None:
+        return _facts.steady_growth(self.trace, curve, fail)
+
+    # -- host memory and its limits -------------------------------------------------------
+
+    def on_host(self, oom: OomInfo) -> bool:
+        """The memory that ran out is the host's RAM, not a GPU's."""
+        return _host.on_host(self.trace, oom)
+
+    def host_limits(
+        self, pid: int | None, at_error: Mapping[str, int] | None = None
+    ) -> list[Limit]:
+        return _host.host_limits(self.trace, pid, at_error)
+
+    def host_allocator_limit(
+        self, oom: OomInfo, stats: Mapping[str, object] | None = None
+    ) -> float | None:
+        return _host.host_allocator_limit(self.trace, oom, stats)
+
+    def capacity_at_failure(self, fail: Failure) -> float | None:
+        return _host.capacity_at_failure(self.trace, fail)
+
+    def shortfall_at_failure(self, fail: Failure) -> float | None:
+        return _host.shortfall_at_failure(self.trace, fail)
+
+    def machine_memory(self) -> float | None:
+        return _host.machine_memory(self.trace)
+
+    def job_limit(self) -> Limit | None:
+        return self._once(("job_limit",), lambda: _host.job_limit(self.trace))
+
+    def curve_capacity(self, curve: Curve, oom: OomInfo | None) -> float | None:
+        return _host.curve_capacity(self.trace, curve, oom)
+
+    def cgroup_limit_label(self) -> str:
+        return _host.cgroup_limit_label(self.trace)
+
+    def job_peak_resident(self) -> Held | None:
+        return _host.job_peak_resident(self.trace)
+
+    def address_space_at_failure(self, fail: Failure) -> float | None:
+        return _host.address_space_at_failure(self.trace, fail)
+
+    def resident_at_failure(self, fail: Failure) -> float | None:
+        return _host.resident_at_failure(self.trace, fail)
+
+    @cached_property
+    def data_held(self) -> Held | None:
+        """What the program's data took when it failed (see `memdoc.rules.host.data_held`)."""
+        return _host.data_held(self.trace, self.failure) if self.failure is not None else None
+
+    def counted_against_limit(self, fail: Failure) -> Counted | None:
+        return _host.counted_against_limit(self.trace, fail)
