@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 from memdoc.kinds import GraphsKept, OomKind
-from memdoc.oom.frames import file_name, frame_matches, frame_parts
+from memdoc.oom.frames import file_name, frame_parts
 from memdoc.oom.growthcues import GrowthCues, growth_cues
 from memdoc.oom.hostcues import HostCues, host_cues
+from memdoc.oom.stackcues import StackCues, stack_cues
 from memdoc.oom.textcues import MessageCues, TextCues, message_cues, text_cues
 from memdoc.rules.trend import Trend, fit_trend
 from memdoc.trace.model import (
@@ -72,54 +73,14 @@ class Failure:
         return growth_cues(self.oom.message, self.context)
 
     @cached_property
+    def stack_cues(self) -> StackCues:
+        """What the frames of its stack say the program was doing."""
+        return stack_cues(self.stack)
+
+    @cached_property
     def host_cues(self) -> HostCues:
         """What the words say of the host: a kill, a platform's notice, a build."""
         return host_cues((self.oom.message, self.context, *self.source))
-
-    @property
-    def functions(self) -> list[str]:
-        """Function names of the stack, outermost first."""
-        return [frame_parts(frame)[2] for frame in self.stack]
-
-    @property
-    def files(self) -> list[str]:
-        return [frame_parts(frame)[0] for frame in self.stack]
-
-    def in_frames(
-        self,
-        file_pattern: str = "",
-        function_pattern: str = "",
-        *,
-        function_words: Sequence[str] = (),
-        file_words: Sequence[str] = (),
-    ) -> bool:
-        """True when one frame matches every test given (see `frame_matches`)."""
-        return any(
-            frame_matches(
-                frame,
-                file_pattern,
-                function_pattern,
-                function_words=function_words,
-                file_words=file_words,
-            )
-            for frame in self.stack
-        )
-
-
-# Frames of a training step's forward and backward passes (PyTorch modules, autograd, Keras).
-_FORWARD_FILES = r"torch[/\\]nn[/\\]modules[/\\]|keras[/\\]"
-_FORWARD_FUNCTIONS = r"forward|_call_impl|_wrapped_call_impl|call|__call__"
-_BACKWARD_FILES = r"torch[/\\]autograd[/\\]|torch[/\\]_tensor\.py"
-_BACKWARD_FUNCTIONS = r"backward|_engine_run_backward|run_backward"
-
-
-def step_phase(fail: Failure) -> str | None:
-    """ "backward" or "forward" when the error came from inside that pass, else None."""
-    if fail.in_frames(_BACKWARD_FILES, _BACKWARD_FUNCTIONS):
-        return "backward"
-    if fail.in_frames(_FORWARD_FILES, _FORWARD_FUNCTIONS):
-        return "forward"
-    return None
 
 
 # A request this small fails only on a device that was already all but full.

@@ -23,9 +23,6 @@ from memdoc.trace.reader import Series, Trace
 HOST_KINDS = (OomKind.HOST_KILL, OomKind.HOST_ALLOC, OomKind.SHM, OomKind.DATALOADER_KILLED)
 # The seconds before a failure in which the resident memory counts as "at the failure".
 RECENT_S = 1.0
-# PyTorch's data loading, in a frame's file; what loading a model is called, in a function.
-_DATALOADER_FILES = r"torch[/\\]utils[/\\]data[/\\]"
-_LOADING_WORDS = ("from pretrained", "load")
 
 
 # How each kind of limit is called in a word, where the whole label does not fit.
@@ -365,9 +362,9 @@ def cues_of(fail: Failure) -> HostCues:
 
 def in_data_loading(fail: Failure) -> bool:
     """The failing stack runs through PyTorch's data loading (torch/utils/data)."""
-    return fail.in_frames(file_pattern=_DATALOADER_FILES)
+    return fail.stack_cues.data_loading
 
 
 def in_model_loading(fail: Failure) -> bool:
     """The failing stack runs through a function that loads (`load`, `from_pretrained`)."""
-    return fail.in_frames(function_words=_LOADING_WORDS)
+    return fail.stack_cues.loading

@@ -31,22 +31,6 @@ CPU_OOM = (
 ADAM_FAILURE = Failure(oom=OomInfo(framework="pytorch"), t=5.0, pid=PID, stack=ADAM_STATE)
 
 
-@pytest.mark.parametrize(
-    ("file_pattern", "function_pattern", "found"),
-    [
-        pytest.param(r"torch[/\\]optim[/\\]", "", True, id="file-alone-matches-any-function"),
-        pytest.param("adam.py", "_init_group", True, id="file-and-whole-function-name"),
-        pytest.param("", "_init_group|step", True, id="function-alone"),
-        pytest.param("", "init", False, id="function-pattern-is-the-whole-name"),
-        pytest.param("adam.py", "wrapper", False, id="both-must-match-the-same-frame"),
-    ],
-)
-def test_in_frames_matches_file_anywhere_and_function_as_a_whole_name(
-    file_pattern: str, function_pattern: str, found: bool
-) -> None:
-    assert ADAM_FAILURE.in_frames(file_pattern, function_pattern) is found
-
-
 def _recorded(path: Path, oom: OomInfo, *, gpu: bool) -> bool:
     rec = Recorder(path)
     if gpu:

@@ -15,7 +15,6 @@ from memdoc.rules.facts import (
     baselines,
     innermost_frames,
     specific_library,
-    step_phase,
     tiny_request,
 )
 from memdoc.rules.host import (
@@ -223,7 +222,7 @@ job fails in the first steps, or on the first unusually long or large input.
     def _inside_a_step(self, facts: Facts, fail: Failure) -> Finding | None:
         """Failed in a forward or backward pass before steps could be compared: the step's
         working set is the first suspect, the more so in the very first step."""
-        phase = step_phase(fail)
+        phase = fail.stack_cues.phase
         if phase is None:
             return None
         first = not any(t <= fail.t for t in facts.trace.steps().times())

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from memdoc.kinds import LimitKind
-from memdoc.oom.frames import in_file
-from memdoc.oom.names import has_stem, has_words
+from memdoc.oom.names import has_stem
 from memdoc.rules.base import Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, Signals
 from memdoc.rules.context import Facts
@@ -20,18 +19,6 @@ from memdoc.units import GiB, format_bytes
 
 # Stems of a phase mark's label that loads saved state ("load_checkpoint", "Restoring").
 _LOAD_LABEL = ("load", "checkpoint", "restore", "resume")
-_LOAD_FILES = r"torch[/\\]serialization\.py|safetensors|orbax"
-# Activation checkpointing (torch/utils/checkpoint.py) recomputes, it loads nothing.
-_RECOMPUTE_FILES = r"torch[/\\]utils[/\\]checkpoint\.py"
-# Words of a function that loads or restores saved weights.
-LOAD_WORDS = (
-    "load state dict",
-    "load checkpoint",
-    "load from state dict",
-    "restore",
-    "rebuild tensor",
-    "load sharded checkpoint",
-)
 SPIKE_RATIO = 1.5
 MIN_SPIKE_BYTES = 1 * GiB
 
@@ -141,12 +128,7 @@ model trains fine once loaded.
                 return found
         if fail is None or fail.oom.framework == "host":
             return None
-        loading = (
-            fail.in_frames(file_pattern=_LOAD_FILES)
-            or _in_checkpoint_file(fail)
-            or fail.in_frames(function_words=LOAD_WORDS)
-            or said(fail).checkpoint_loading
-        )
+        loading = fail.stack_cues.loading_checkpoint or said(fail).checkpoint_loading
         if not loading:
             return self._loading_phase(facts, fail)
         summary = "The error happened while a checkpoint was being loaded."
@@ -244,14 +226,6 @@ def _fixes_under(facts: Facts, fail: Failure) -> tuple[Fix, ...]:
     if not (limits and limits[0].kind == LimitKind.RLIMIT_AS):
         return RULE.fixes
     return tuple(f for f in RULE.fixes if "mmap=True" not in f.code)
-
-
-def _in_checkpoint_file(fail: Failure) -> bool:
-    """A frame in a file named for checkpoints, other than activation checkpointing's."""
-    return any(
-        has_words(file, ["checkpoint"]) and not in_file(file, _RECOMPUTE_FILES)
-        for file in fail.files
-    )
 
 
 RULE = CheckpointLoadSpike()

@@ -18,18 +18,6 @@ from memdoc.rules.spec import (
 from memdoc.trace.model import Metric
 from memdoc.units import format_bytes
 
-# Words of a function that captures or replays a CUDA graph; any other "graph" is not one.
-CAPTURE_WORDS = (
-    "capture begin",
-    "capture end",
-    "cuda graph",
-    "cuda graphs",
-    "cudagraph",
-    "cudagraphs",
-    "cudagraphify",
-    "graph capture",
-    "make graphed callables",
-)
 # A graph's private pool matters at this share of the device: above SIGNIFICANT_SHARE, since
 # a pool always holds a captured step's activations, which are not a waste in themselves.
 GRAPH_POOL_SHARE = 0.05
@@ -121,7 +109,7 @@ the total can be gigabytes.
                 evidence,
                 frameworks=facts.frameworks(oom),
             )
-        if fail.in_frames(function_words=CAPTURE_WORDS) or said(fail).cuda_graph_capture:
+        if fail.stack_cues.cuda_graph_capture or said(fail).cuda_graph_capture:
             summary = "The error happened while capturing a CUDA graph."
             return self.finding(
                 facts,

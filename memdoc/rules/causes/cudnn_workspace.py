@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memdoc.oom.names import has_words
+from memdoc.oom.stackcues import is_convolution
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals
 from memdoc.rules.context import Facts
@@ -14,9 +14,6 @@ from memdoc.rules.spec import (
     snippet,
 )
 from memdoc.units import format_bytes
-
-# Words of a convolution's function or op name (`_conv_forward`, `Conv2DBackpropFilter`).
-CONV_WORDS = ("conv", "conv1d", "conv2d", "conv3d", "convolution", "conv transpose")
 
 
 class CudnnWorkspace(RuleSpec):
@@ -127,9 +124,7 @@ already full, cuDNN cannot even create its handle ("Failed to get convolution al
 
     def _large_conv_request(self, facts: Facts, fail: Failure) -> Finding | None:
         oom = fail.oom
-        in_conv = (oom.op is not None and has_words(oom.op, CONV_WORDS)) or fail.in_frames(
-            function_words=CONV_WORDS
-        )
+        in_conv = is_convolution(oom.op) or fail.stack_cues.convolution
         allocated = oom.allocated_bytes
         requested = oom.requested_bytes
         if not in_conv or not requested or not allocated or requested < 2 * allocated:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from memdoc.oom.frames import file_name, frame_parts
-from memdoc.oom.names import has_stem, has_words
+from memdoc.oom.names import has_stem
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, Signals
 from memdoc.rules.context import Facts
@@ -15,7 +14,6 @@ from memdoc.rules.facts import (
     Failure,
     said,
     short_frame,
-    step_phase,
 )
 from memdoc.rules.spec import (
     RuleSpec,
@@ -29,31 +27,6 @@ from memdoc.units import format_bytes
 
 # Stems of a phase mark's label that evaluates or samples ("validation", "generate").
 _EVAL_LABEL = ("eval", "valid", "predict", "test", "infer", "sampl", "generat")
-# Words of an evaluation or generation function's name (`evaluate_model`, `validation_step`).
-EVAL_WORDS = (
-    "evaluate",
-    "evaluation",
-    "eval",
-    "validate",
-    "validation",
-    "val step",
-    "val epoch",
-    "predict",
-    "prediction",
-    "test step",
-    "test epoch",
-    "inference",
-    "infer",
-    "generate",
-    "generation",
-    "sample",
-    "beam search",
-    "greedy search",
-)
-# Words of a script's own name that say it evaluates (`evaluate.py`, `test.py`, `infer.py`).
-EVAL_SCRIPT_WORDS = (*EVAL_WORDS, "test")
-# Frames that show `torch.no_grad()` / `inference_mode()` used as a decorator.
-_GRAD_OFF_FILES = r"autograd[/\\]grad_mode\.py|utils[/\\]_contextlib\.py"
 # Evaluation under no_grad adds roughly one batch of activations; with autograd on it adds
 # what training adds. This share of the training rise means the graph was built.
 SAME_AS_TRAINING = 0.7
@@ -62,9 +35,6 @@ INFERRED_RISE_FLOOR = 1 << 20
 # Forward passes this many median steps' time after the last step ended, with no step
 # since, are no step's own: the program is evaluating (or generating) between steps.
 STEPS_WITHOUT_A_STEP = 3
-# Where a frame is a library's, not the program's (memdoc's own wrappers included).
-_LIBRARY_PATHS = ("site-packages/", "dist-packages/", "/lib/python3", "/memdoc/collectors/")
-_MODEL_CALLS = frozenset({"forward", "__call__", "_call_impl", "_wrapped_call_impl"})
 
 
 @dataclass(frozen=True)
@@ -278,29 +248,14 @@ graph alive for as long as they are referenced, for example in a list of predict
 
 def _in_eval_frames(fail: Failure) -> bool:
     """The error came from evaluation code that did not turn gradients off."""
-    in_eval = (
-        fail.in_frames(function_words=EVAL_WORDS)
-        or fail.oom.phase == "eval"
-        or any(_eval_script(frame) for frame in fail.stack)
-    )
-    return in_eval and not fail.in_frames(file_pattern=_GRAD_OFF_FILES)
-
-
-def _eval_script(frame: str) -> bool:
-    """The top level of a script named for evaluation (`evaluate.py`, `test.py`)."""
-    file, _, function = frame_parts(frame)
-    script = file_name(file)
-    return function in ("<module>", "main") and has_words(script, EVAL_SCRIPT_WORDS)
+    cues = fail.stack_cues
+    return (cues.evaluation or fail.oom.phase == "eval") and not cues.grad_off
 
 
 def _eval_frame(fail: Failure) -> str | None:
     """The evaluation frame the error came from ("train.py:55 evaluate"), if autograd was on."""
-    if not _in_eval_frames(fail):
-        return None
-    for frame in reversed(fail.stack):
-        if has_words(frame_parts(frame)[2], EVAL_WORDS):
-            return short_frame(frame)
-    return None
+    frame = fail.stack_cues.evaluation_frame
+    return short_frame(frame) if frame is not None and _in_eval_frames(fail) else None
 
 
 def _forward_after_last_step(fail: Failure, curve: Curve) -> str | None:
@@ -310,18 +265,12 @@ def _forward_after_last_step(fail: Failure, curve: Curve) -> str | None:
     epoch's end). None for the forward pass of a step that simply came next."""
     ended = [s.t_end for s in curve.steps if s.t_end <= fail.t]
     durations = [s.t_end - s.t_start for s in curve.steps if s.t_end > s.t_start]
-    if not ended or not durations or step_phase(fail) != "forward":
+    if not ended or not durations or fail.stack_cues.phase != "forward":
         return None
     if fail.t - ended[-1] < STEPS_WITHOUT_A_STEP * statistics.median(durations):
         return None
-    for frame in reversed(fail.stack):
-        path, _, function = frame_parts(frame)
-        path = path.replace("\\", "/")
-        if any(part in path for part in _LIBRARY_PATHS) or path.startswith("memdoc/"):
-            continue
-        if function not in _MODEL_CALLS:  # the code that called the model, not its forward
-            return short_frame(frame)
-    return None
+    caller = fail.stack_cues.model_caller  # the code that called the model, not its forward
+    return short_frame(caller) if caller is not None else None
 
 
 def _eval_spans(facts: Facts) -> list[_Span]:

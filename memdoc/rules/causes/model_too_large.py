@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from memdoc.oom.frames import frame_parts
 from memdoc.oom.names import fills_random_values
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
@@ -10,7 +9,6 @@ from memdoc.rules.context import Facts
 from memdoc.rules.facts import (
     Failure,
     said,
-    step_phase,
 )
 from memdoc.rules.serving import (
     SMALLER_WEIGHTS_FIX,
@@ -28,32 +26,10 @@ from memdoc.thresholds import little_free
 from memdoc.trace.model import EventKind
 from memdoc.units import format_bytes
 
-# Moving or building a module: torch's Module.to/cuda/_apply, Hugging Face loading helpers.
-_MOVE_FUNCTIONS = (
-    r"(_apply|to|cuda|to_empty|from_pretrained|_load_pretrained_model|dispatch_model"
-    r"|load_checkpoint_and_dispatch|set_module_tensor_to_device|_load_state_dict_into_meta_model)"
-)
-# Building parameters: a torch.nn constructor or initialiser (also under `with torch.device`),
-# a Keras layer or model building its weights.
-_BUILD_FRAMES = (
-    (r"torch[/\\]nn[/\\]modules[/\\]", r"__init__|reset_parameters|_reset_parameters"),
-    (r"torch[/\\]nn[/\\]init\.py", ""),
-    (r"keras[/\\]", r"build|build_wrapper|_maybe_build|_maybe_rebuild|add_weight|add_variable"),
-    (r"keras[/\\](?:src[/\\])?initializers[/\\]", ""),
-)
-# Drawing random values in JAX: `jax.random`, and the initializers of jax.nn, Flax and Haiku.
-_RANDOM_FILL_FRAMES = (
-    (r"jax[/\\]_src[/\\]random(?:\.py|[/\\])", ""),
-    (r"jax[/\\]_src[/\\]nn[/\\]initializers\.py", ""),
-    (r"flax[/\\](?:linen|nnx)[/\\]", r"init|initializer"),
-    (r"haiku[/\\]_src[/\\]initializers\.py", ""),
-)
 WEIGHTS_FILL = 0.8
 # The device nearly full while the framework held under SMALL_SHARE of it: the weights being
 # placed did not fill it.
 SMALL_SHARE = 0.25
-# A constructor's name, also as some frozen executables print it ("in init").
-_CONSTRUCTORS = frozenset({"__init__", "init"})
 
 
 class ModelTooLarge(RuleSpec):
@@ -209,12 +185,12 @@ it on one device.
             return None  # a host kill while loading: host-oom
         if fail.oom.phase == "init":
             return None  # no context could be created: nothing of the model was placed yet
-        moving = fail.in_frames(function_pattern=_MOVE_FUNCTIONS) or said(fail).moving_weights
+        moving = fail.stack_cues.moving_weights or said(fail).moving_weights
         building = _building(fail) or _initializing_outside_a_loop(facts, fail)
         constructing = not building and _in_a_constructor(fail)
         if not (moving or building or constructing) and fail.oom.phase != "load":
             return None
-        if fail.in_frames(file_pattern=r"serialization\.py") and not moving:
+        if fail.stack_cues.torch_load and not moving:
             return None  # torch.load itself: checkpoint-load-spike
         before_steps = not facts.is_text_only and not any(
             t <= fail.t for t in facts.trace.steps().times()
@@ -269,8 +245,8 @@ def _filled_elsewhere(facts: Facts, fail: Failure) -> float | None:
 def _building(fail: Failure) -> bool:
     """Inside a module's constructor or initialiser, not in a forward or backward pass; or,
     in TensorFlow, in the op that initialises a variable (`.../kernel/Initializer/...`)."""
-    in_constructor = any(fail.in_frames(f, fn) for f, fn in _BUILD_FRAMES)
-    return (in_constructor and step_phase(fail) is None) or said(fail).variable_initializer
+    in_constructor = fail.stack_cues.building_weights
+    return (in_constructor and fail.stack_cues.phase is None) or said(fail).variable_initializer
 
 
 def _initializing_outside_a_loop(facts: Facts, fail: Failure) -> bool:
@@ -278,10 +254,8 @@ def _initializing_outside_a_loop(facts: Facts, fail: Failure) -> bool:
     loop phase: a TensorFlow variable's initializer (a model building its weights when first
     called), a JAX program drawing its parameters with `jax.random` or an initializer; not
     dropout or a batch of noise, which come inside or after steps."""
-    drawing = fills_random_values(fail.oom.op) or any(
-        fail.in_frames(f, fn) for f, fn in _RANDOM_FILL_FRAMES
-    )
-    if facts.is_text_only or not drawing or step_phase(fail):
+    drawing = fills_random_values(fail.oom.op) or fail.stack_cues.drawing_random
+    if facts.is_text_only or not drawing or fail.stack_cues.phase:
         return False
     stepped = any(t <= fail.t for t in facts.trace.steps().times())
     return not stepped and facts.phase_at(fail.t, fail.pid) is None
@@ -290,9 +264,7 @@ def _initializing_outside_a_loop(facts: Facts, fail: Failure) -> bool:
 def _in_a_constructor(fail: Failure) -> bool:
     """The innermost frame is an `__init__` outside any forward or backward pass: a library
     (faster-whisper, ONNX Runtime) loading its weights to the device as it is built."""
-    if not fail.stack or step_phase(fail) is not None:
-        return False
-    return frame_parts(fail.stack[-1])[2] in _CONSTRUCTORS
+    return fail.stack_cues.in_constructor and fail.stack_cues.phase is None
 
 
 def _fill_evidence(facts: Facts, fail: Failure) -> tuple[list[Evidence], bool, float | None]:

@@ -14,18 +14,6 @@ from memdoc.rules.spec import (
 from memdoc.trace.model import Metric, framework_metric
 from memdoc.units import MiB, format_bytes
 
-_COLLECTIVE_FILES = r"distributed[/\\]distributed_c10d\.py|torch[/\\]distributed[/\\]|nccl"
-_COLLECTIVE_WORDS = (
-    "barrier",
-    "all reduce",
-    "all gather",
-    "reduce scatter",
-    "broadcast",
-    "init process group",
-    "new group",
-    "new process group",
-    "all to all",
-)
 # Growth of memory outside the framework's pool that points at communicator buffers.
 OUTSIDE_GROWTH_BYTES = 400 * MiB
 
@@ -112,9 +100,7 @@ does not see this memory, so its statistics look fine while the device is full.
                 else []
             )
             return self.finding(facts, Signals(STRONG), summary, evidence, frameworks=involved)
-        in_collective = fail.in_frames(
-            file_pattern=_COLLECTIVE_FILES, function_words=_COLLECTIVE_WORDS
-        )
+        in_collective = fail.stack_cues.collective
         if in_collective:
             summary = (
                 "The error was raised inside a collective operation, where NCCL allocates "

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memdoc.oom.frames import in_file
-from memdoc.oom.names import has_words
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, Signals
 from memdoc.rules.context import Facts
@@ -13,7 +11,6 @@ from memdoc.rules.facts import (
     Failure,
     innermost_frames,
     said,
-    step_phase,
 )
 from memdoc.rules.spec import (
     RuleSpec,
@@ -28,13 +25,6 @@ from memdoc.units import format_bytes
 # Adam keeps two states per parameter: the first step adds about twice the parameter bytes.
 ADAM_RATIO = 2.0
 RATIO_TOLERANCE = 0.35
-_OPTIMIZER_FILES = r"torch[/\\]optim[/\\]|optax|keras[/\\].*optimizers|bitsandbytes[/\\]optim"
-# Where optimizers create their per-parameter state on the first step.
-_STATE_INIT = r"_init_group|_init_state|init_state|_lazy_init|_create_slots|add_slot|build"
-# A closure the optimizer's step calls back into: the training step's forward and backward
-# (Lightning runs `training_step` this way, and so does `optimizer.step(closure)`).
-_CLOSURE_WORDS = ("closure", "training step")
-_PASS_FUNCTIONS = frozenset({"forward", "backward", "_call_impl", "_wrapped_call_impl"})
 
 
 class OptimizerState(RuleSpec):
@@ -159,12 +149,12 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
             found = self._recorded(facts, fail)
             if found is not None:
                 return found
-        if fail is None or _in_closure(fail):
+        if fail is None or fail.stack_cues.optimizer_closure:
             return None
-        in_optimizer = fail.in_frames(file_pattern=_OPTIMIZER_FILES) or said(fail).optimizer_state
+        in_optimizer = fail.stack_cues.optimizer or said(fail).optimizer_state
         if not in_optimizer:
             return None
-        creating = fail.in_frames(_OPTIMIZER_FILES, _STATE_INIT)
+        creating = fail.stack_cues.making_optimizer_state
         first = not facts.is_text_only and not any(t <= fail.t for t in facts.trace.steps().times())
         if creating and first:
             summary = (
@@ -199,7 +189,9 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
         total = facts.trace.device_total_bytes(device) if device is not None else None
         steps = facts.trace.steps()
         failed_first = (
-            fail is not None and not _in_closure(fail) and (not steps or fail.t <= steps[0].t)
+            fail is not None
+            and not fail.stack_cues.optimizer_closure
+            and (not steps or fail.t <= steps[0].t)
         )
         if not adam_like and not failed_first:
             return None
@@ -237,7 +229,7 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
         short = facts.shortfall_at_failure(fail)
         if short is not None and state < short:
             return None  # freeing all of it would not have made room: not the cause
-        where = step_phase(fail)
+        where = fail.stack_cues.phase
         requested = fail.oom.requested_bytes
         summary = (
             f"The optimizer's state, {format_bytes(state)} ({ratio:.1f}x the parameters), "
@@ -263,18 +255,6 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
         # A Keras loop's optimizer is changed in Keras's own API, whatever its backend.
         named = [KERAS] if recorded.source == KERAS else facts.frameworks()
         return self.finding(facts, signals, summary, evidence, frameworks=named)
-
-
-def _in_closure(fail: Failure) -> bool:
-    """True when the error came from a closure the optimizer's step called, not the optimizer."""
-    inner = [i for i, file in enumerate(fail.files) if in_file(file, _OPTIMIZER_FILES)]
-    if not inner:
-        return False
-    called = fail.functions[inner[-1] + 1 :]
-    return any(
-        function.lower() in _PASS_FUNCTIONS or has_words(function, _CLOSURE_WORDS)
-        for function in called
-    )
 
 
 @dataclass(frozen=True)
