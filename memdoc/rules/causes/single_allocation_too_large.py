@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from memdoc.kinds import LimitKind
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.causes.xla_temp_buffers import made_inside_the_program
 from memdoc.rules.confidence import CAPPED, LIKELY, POSSIBLE, STRONG, Signals, capped
@@ -259,7 +260,7 @@ volume processed at once, or a convolution asking for a huge workspace.
         """Under an address-space cap: one request of a sizeable share of the cap, larger
         than the room the process had left (the cap minus its address space in use). A
         small request failing in a nearly full space is an accumulation, not this."""
-        cap = next((lim for lim in limits if lim.label.startswith("address-space cap")), None)
+        cap = next((lim for lim in limits if lim.kind == LimitKind.RLIMIT_AS), None)
         in_use = facts.address_space_at_failure(fail)
         if cap is None or in_use is None:
             return None
