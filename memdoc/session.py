@@ -274,6 +274,10 @@ class Session:
                 return  # noted already (raised through two wrapped calls), or unmarkable
             if key in attrs.get(_RECORDED_BY, frozenset()):
                 return
+            # Marked first: reading the error allocates, and a garbage collection that
+            # starts meanwhile sees it in hand and notes it too (`memdoc.run.handled`).
+            mark = object()
+            attrs[_NOTED] = {**attrs.get(_NOTED, {}), key: mark}
             events = self._exception_events(
                 exc, exc.__traceback__, where="caught", context=None, sighting=False
             )
@@ -287,8 +291,6 @@ class Session:
                     )
                     for e in events
                 ]
-            mark = object()
-            attrs[_NOTED] = {**attrs.get(_NOTED, {}), key: mark}
             with self._lock:
                 self._raised.append((mark, events))
         except Exception:

@@ -65,8 +65,20 @@ def watch_caught_errors(session: Callable[[], Session | None]) -> bool:
 
 
 def _watch_through_collections(session: Callable[[], Session | None]) -> bool:
-    """A garbage-collection callback that records the memory error being handled, if any,
-    in the thread that collects. It costs one `sys.exc_info()` per collection."""
+    """A garbage-collection callback that notes the memory error being handled, if any, in
+    the thread that collects. It costs one `sys.exc_info()` per collection."""
+    gc.callbacks.append(noting_collections(session))
+    return True
+
+
+def noting_collections(
+    session: Callable[[], Session | None],
+) -> Callable[[str, dict[str, int]], None]:
+    """The collection callback: a memory error in hand when a collection starts is noted as
+    caught (`Session.note_raised`), not recorded, because a collection comes whenever the
+    program allocates, often before its handler has looked at the error: when the handler
+    then records it with what it knows (a batch-size finder's size), that recording is the
+    one kept; otherwise the note is written at the next step or the end."""
     busy = threading.local()
 
     def collecting(phase: str, info: dict[str, int]) -> None:
@@ -74,14 +86,16 @@ def _watch_through_collections(session: Callable[[], Session | None]) -> bool:
             return
         exc = sys.exc_info()[1]
         if isinstance(exc, Exception) and could_be_memory_error(exc):
-            busy.on = True  # recording allocates: a collection it starts is not looked at
+            busy.on = True  # noting allocates: a collection it starts is not looked at
             try:
-                _record(session, exc, where="caught")
+                with contextlib.suppress(Exception):
+                    current = session()
+                    if current is not None:
+                        current.note_raised(exc)
             finally:
                 busy.on = False
 
-    gc.callbacks.append(collecting)
-    return True
+    return collecting
 
 
 def _record(session: Callable[[], Session | None], exc: Exception, *, where: str) -> None:

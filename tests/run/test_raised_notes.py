@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from memdoc.run.handled import noting_collections
 from memdoc.session import Session
 from memdoc.trace.model import Event, EventKind
 
@@ -76,3 +79,58 @@ def test_notes_still_pending_when_the_session_stops_are_written() -> None:
     session.stop()
 
     assert [oom["where"] for oom in sink.ooms()] == ["caught", "caught"]
+
+
+def test_an_error_seen_by_a_collection_is_kept_as_the_finder_records_it_with_its_size() -> None:
+    session, sink = _session()
+    collecting = noting_collections(lambda: session)
+    exc = _oom()
+    try:
+        raise exc
+    except RuntimeError:
+        collecting("start", {})  # a collection inside the finder's handler, before it looks
+        session.record_exception(exc, where="caught", context={"batch_size": 32})
+    session.step()
+    session.stop()
+
+    [oom] = sink.ooms()
+    assert oom["where"] == "caught" and oom["batch_size"] == 32
+
+
+def test_an_error_seen_only_by_a_collection_is_written_as_caught_at_the_next_step() -> None:
+    session, sink = _session()
+    collecting = noting_collections(lambda: session)
+    try:
+        raise _oom()
+    except RuntimeError:
+        collecting("start", {})
+        collecting("stop", {})
+    assert sink.ooms() == []
+
+    session.step()
+
+    [oom] = sink.ooms()
+    assert oom["where"] == "caught" and oom["handled"] is True
+
+
+def test_a_collection_while_an_error_is_being_noted_does_not_note_it_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    session, sink = _session()
+    collecting = noting_collections(lambda: session)
+    exc = _oom()
+    read = session._exception_events
+
+    def reading(*args: Any, **kwargs: Any) -> list[Event]:
+        try:  # reading the error allocates: a collection starts with the error in hand
+            raise exc
+        except RuntimeError:
+            collecting("start", {})
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(session, "_exception_events", reading)
+    session.note_raised(exc, ["train.py:40:<module>"])
+    session.stop()
+
+    [oom] = sink.ooms()
+    assert oom["stack"][0] == "train.py:40:<module>"  # the wrapper's note, with its frames
