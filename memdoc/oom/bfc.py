@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from memdoc.kinds import OomKind
 from memdoc.oom.fields import NUM, device_from_allocator, first_group, to_bytes
 from memdoc.oom.logtext import Hit, LogText, rank_of, strip_prefix
+from memdoc.oom.patterns import compile_later
 from memdoc.oom.tensorflow import bfc_framework
 from memdoc.trace.model import OomInfo
 
@@ -16,24 +16,24 @@ STATS_AFTER_ANCHOR = 12
 _STATS_NEEDLE = "inuse:"  # `InUse:` and `MaxInUse:` lines of the Stats block
 # A number with an optional unit, never swallowing the next word ("1074790400 memory_limit_").
 _AMOUNT = rf"{NUM}(?:\s{{0,3}}(?:[KMGTPE]i?B|bytes?|B)(?!\w))?"
-_STAT = re.compile(
+_STAT = compile_later(
     r"^(Limit|InUse|MaxInUse|NumAllocs|MaxAllocSize|Reserved|PeakReserved|LargestFreeBlock):"
     rf"\s{{0,40}}({_AMOUNT})\s*$"
 )
-_BIN = re.compile(
+_BIN = compile_later(
     rf"Bin \((\d{{1,20}})\):\s{{0,10}}Total Chunks: (\d{{1,20}}), Chunks in use: (\d{{1,20}})\."
     rf" ({_AMOUNT}) allocated for chunks\. ({_AMOUNT}) in use in bin"
 )
-_CHUNK = re.compile(
+_CHUNK = compile_later(
     r"\b(InUse|Free|Chunk) {1,3}at [0-9a-fA-Fx]{1,20}(?: next -?\d{1,20})? of size (\d{1,20})"
 )
-_POOL = re.compile(
+_POOL = compile_later(
     rf"(?:total_region_allocated_bytes_|Total bytes in pool|Total size in pool):? ({_AMOUNT})"
 )
-_MEMORY_LIMIT = re.compile(rf"memory_limit_: ({_AMOUNT})")
-_IN_USE_SUM = re.compile(rf"Sum Total of in-use chunks: ({_AMOUNT})")
-_DUMP_FOR = re.compile(r"BFCAllocator dump for ([\w.-]{1,100})")
-_BIN_FOR = re.compile(rf"Bin for ({_AMOUNT}) was")
+_MEMORY_LIMIT = compile_later(rf"memory_limit_: ({_AMOUNT})")
+_IN_USE_SUM = compile_later(rf"Sum Total of in-use chunks: ({_AMOUNT})")
+_DUMP_FOR = compile_later(r"BFCAllocator dump for ([\w.-]{1,100})")
+_BIN_FOR = compile_later(rf"Bin for ({_AMOUNT}) was")
 # Old dumps list every chunk; a bound keeps a corrupt log from scanning forever.
 MAX_DUMP_LINES = 500_000
 

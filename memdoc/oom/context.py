@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import re
-
 from memdoc.oom.logtext import LogText, Window
+from memdoc.oom.patterns import compile_later
 
 LOOKBACK_LINES = 80
 FRAMEWORK_LOOKBACK_LINES = 40
 
 # Frame and source lines that show what the program was doing. The innermost (last) one
 # in the traceback wins: a `from_pretrained` called inside `evaluate` is a load.
-_PHASE = re.compile(
+_PHASE = compile_later(
     r"(?P<load>torch\.load\(|\bin (?:load|_load|load_state_dict|from_pretrained|load_checkpoint"
     r"|load_model|_load_pretrained_model|load_sharded_checkpoint)\b|\.load_state_dict\("
     r"|\.from_pretrained\(|Loading checkpoint shards|load_checkpoint\(|\bloading state[ _]dict"

@@ -18,6 +18,7 @@ from memdoc.oom.fields import (
     to_int,
 )
 from memdoc.oom.logtext import Hit, LogText, Window, is_source_line, rank_of, strip_prefix
+from memdoc.oom.patterns import compile_later
 from memdoc.thresholds import little_free
 from memdoc.trace.model import OomInfo
 
@@ -114,10 +115,10 @@ _CUDNN_MISMATCH = (
     "could not load library libcudnn",
 )
 MISMATCH_LOOKBACK_LINES = 40
-_MEMORY_USAGE = re.compile(r"Memory usage: (\d{1,20}) bytes free, (\d{1,20}) bytes total")
+_MEMORY_USAGE = compile_later(r"Memory usage: (\d{1,20}) bytes free, (\d{1,20}) bytes total")
 MOSTLY_FREE = 0.5
 NATIVE_STACK_LINES = 16
-_NATIVE_FRAME = re.compile(r"@\s+0x[0-9a-f]{4,20}\s|\[bt\]\s?\(\d{1,3}\)")
+_NATIVE_FRAME = compile_later(r"@\s+0x[0-9a-f]{4,20}\s|\[bt\]\s?\(\d{1,3}\)")
 _FALLBACK_NEEDLE = "out of memory"
 _REQUESTS = (
     loose(rf"failed to CUDA calloc ({INT}) bytes"),
@@ -142,7 +143,7 @@ _DEVICE = (
     loose(r"(?:CUDA|ROCM|GPU):(\d{1,4})\b"),
     loose(r"device ordinal (\d{1,4})"),
     loose(r"\bon GPU (\d{1,4})\b"),  # PaddlePaddle: "Out of memory error on GPU 0"
-    re.compile(r"^[\w.-]{1,80}:\d{1,10}:\d{1,10} \[(\d{1,4})\]"),  # NCCL's host:pid:tid [dev]
+    compile_later(r"^[\w.-]{1,80}:\d{1,10}:\d{1,10} \[(\d{1,4})\]"),  # NCCL's host:pid:tid [dev]
 )
 # Accelerators named by their model: a line that names one is about device memory
 # ("Out of memory error on T4 instance", "RTX 4090", "MI250").
@@ -151,10 +152,10 @@ GPU_NAMES = (
     r"|Instinct|MI\d{3}X?|Arc A\d{3})\b"
 )
 # The generic fallback: "out of memory" said as an error, not as advice or a warning.
-_ERRORISH = re.compile(
+_ERRORISH = compile_later(
     r"error|fail|fatal|exception|abort|unable|cannot|could not|check failed|\boom\b", re.I
 )
-ADVICE = re.compile(
+ADVICE = compile_later(
     r"(?:may|might|could|will|would|avoid|prevent|not|before|without) (?:run|running|go|going)"
     r" out of memory|not a failure",
     re.I,
@@ -173,7 +174,7 @@ GPU_WORDS = (
     (r"cudnn|cublas|nccl|nvinfer|\[trt\]|thrust::", "GPU libraries: TensorRT, Thrust"),
     (GPU_NAMES, "accelerators by their model"),
 )
-GPU_WORDS_PATTERN = re.compile("|".join(pattern for pattern, _ in GPU_WORDS), re.I)
+GPU_WORDS_PATTERN = compile_later("|".join(pattern for pattern, _ in GPU_WORDS), re.I)
 _LIBRARY_WORDS = (
     ("nccl", "nccl"),
     ("nvinfer", "trt"),

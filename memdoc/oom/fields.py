@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from memdoc.oom.patterns import Pattern, compile_later
 from memdoc.units import parse_size
 
 # Digit runs are bounded (int() refuses strings over 4300 digits, float() of a long one is
@@ -18,7 +19,7 @@ SIZE = rf"{NUM}\s{{0,3}}(?:[KMGTPE]i?B|bytes?|B|[KMGTPE])(?!\w)"
 # the 2^64 "not available" value of NVML/cuDNN.
 HUGE_BYTES = 2**60
 
-_SPACES = re.compile(r" +")
+_SPACES = compile_later(r" +")
 
 # TensorFlow dtype names -> bytes per element.
 DTYPE_BYTES = {
@@ -45,18 +46,18 @@ DTYPE_BYTES = {
     "complex128": 16,
 }
 
-_DEVICE_SPEC = re.compile(r"device:(XLA_GPU|XLA_CPU|GPU|CPU|TPU):(\d{1,4})", re.IGNORECASE)
-_ALLOCATOR_DEVICE = re.compile(r"^(GPU|TPU)_(\d{1,4})_bfc$", re.IGNORECASE)
-_SHAPE = re.compile(r"\[\s{0,3}(\d{1,15}(?:\s{0,3},\s{0,3}\d{1,15}){0,31})?\s{0,3}\]")
+_DEVICE_SPEC = compile_later(r"device:(XLA_GPU|XLA_CPU|GPU|CPU|TPU):(\d{1,4})", re.IGNORECASE)
+_ALLOCATOR_DEVICE = compile_later(r"^(GPU|TPU)_(\d{1,4})_bfc$", re.IGNORECASE)
+_SHAPE = compile_later(r"\[\s{0,3}(\d{1,15}(?:\s{0,3},\s{0,3}\d{1,15}){0,31})?\s{0,3}\]")
 
 
-def loose(pattern: str, flags: int = re.IGNORECASE) -> re.Pattern[str]:
+def loose(pattern: str, flags: int = re.IGNORECASE) -> Pattern:
     r"""Compile `pattern` with each literal space meaning "any whitespace, or none".
 
     Messages reach us re-flowed: wrapped at a fixed width, or with a wrapper's spaces
     dropped. Runs of spaces collapse to one `\s*` so that no two `\s*` meet (backtracking).
     """
-    return re.compile(_SPACES.sub(r"\\s*", pattern), flags)
+    return compile_later(_SPACES.sub(r"\\s*", pattern), flags)
 
 
 def to_bytes(text: str | None) -> int | None:

@@ -7,15 +7,16 @@ from collections.abc import Sequence
 
 from memdoc.oom.logtext import strip_prefix
 from memdoc.oom.names import has_words
+from memdoc.oom.patterns import compile_later
 
 TRACEBACK_START = "Traceback (most recent call last)"
 # Python's frame line: `File "/x/train.py", line 12, in main`.
-_FRAME_LINE = re.compile(
+_FRAME_LINE = compile_later(
     r'^File "(?P<file>[^"]{1,500})", line (?P<line>\d{1,9}), in (?P<function>\S{1,200})'
 )
 # A frame as traces hold it: "file:line:function" (the file may hold colons, as on Windows).
-_FRAME = re.compile(r"^(?P<file>.*):(?P<line>\d+):(?P<function>[^:]*)$")
-_PATH_SEPARATORS = re.compile(r"[/\\]")
+_FRAME = compile_later(r"^(?P<file>.*):(?P<line>\d+):(?P<function>[^:]*)$")
+_PATH_SEPARATORS = compile_later(r"[/\\]")
 
 
 def read_traceback(lines: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from memdoc.oom.patterns import Pattern, compile_later
+
 # How much of the end of each text is read: the log right before the error.
 TAIL_CHARS = 20_000
 
@@ -44,9 +46,9 @@ class GrowthCues:
     kept_for_metrics: str | None = None  # the first of Trainer's metric settings named
 
 
-_PROGRESS = re.compile("|".join(PROGRESS), re.IGNORECASE)
-_LEAK_WORDS = re.compile("|".join(LEAK_WORDS), re.IGNORECASE)
-_KEPT_FOR_METRICS = re.compile("|".join(KEPT_FOR_METRICS))
+_PROGRESS = compile_later("|".join(PROGRESS), re.IGNORECASE)
+_LEAK_WORDS = compile_later("|".join(LEAK_WORDS), re.IGNORECASE)
+_KEPT_FOR_METRICS = compile_later("|".join(KEPT_FOR_METRICS))
 
 
 def growth_cues(message: str, context: str) -> GrowthCues:
@@ -65,6 +67,6 @@ def growth_cues(message: str, context: str) -> GrowthCues:
     )
 
 
-def _phrase(pattern: re.Pattern[str], text: str) -> str | None:
+def _phrase(pattern: Pattern, text: str) -> str | None:
     found = pattern.search(text)
     return found.group(0) if found is not None else None

@@ -15,13 +15,14 @@ from memdoc.oom.context import framework_in
 from memdoc.oom.disguised import ADVICE, GPU_WORDS_PATTERN
 from memdoc.oom.host import OTHER_KILLER
 from memdoc.oom.logtext import Hit, LogText, rank_of, strip_prefix
+from memdoc.oom.patterns import compile_later
 from memdoc.trace.model import OomInfo
 
 # A headline: at most this many non-blank lines, each at most this long.
 MAX_LINES = 3
 MAX_CHARS = 240
 
-_DEVICE_MEMORY = re.compile(
+_DEVICE_MEMORY = compile_later(
     r"\bout[ -]?of[ -]memory\b|\bOOM(?:s|ed)?\b|\bmemory error\b"
     # The class named as what happened ("inference CUDA OutOfMemoryError", "... on older
     # GPU"), not as the subject of a sentence ("OutOfMemoryError is raised when ...").
@@ -34,7 +35,7 @@ _DEVICE_MEMORY = re.compile(
 )
 # The shell's own word, quoted by whoever wrote the line ('"Killed" without any error'), or
 # leading a description of when ("Killed during from_pretrained"): not "Killed the old run".
-_KILLED = re.compile(
+_KILLED = compile_later(
     r"^[\"'`“‘]Killed[\"'`”’]"
     r"|^Killed\b\s*(?:$|[-–:(.,]|(?:without|during|while|when|after|at|on|in)\b)"
     # "Training killed", "python process gets killed while loading"
@@ -44,20 +45,20 @@ _KILLED = re.compile(
 )
 # Something named as killing the process because of its memory: "Mistral kills the process by
 # taking too many RAM", "loading the dataset kills the kernel (out of RAM)".
-_KILLS_FOR_MEMORY = re.compile(
+_KILLS_FOR_MEMORY = compile_later(
     r"\bkill(?:s|ed|ing)?\s+(?:the\s+|my\s+|our\s+)?(?:process|kernel|job|session|training)"
     r"\b.{0,80}(?:too (?:much|many) (?:RAM|memory)|out of (?:RAM|memory)"
     r"|(?:RAM|memory) (?:is |was )?(?:full|exhausted))",
     re.I,
 )
 # A line of code that quotes the words: `if "out of memory" in str(e):`.
-_CODE = re.compile(
+_CODE = compile_later(
     r"^(?:raise|return|print|assert)\b.*[(\"']"
     r"|\bin str\(|==\s{0,3}[\"']|:\s*$"
 )
-_HOST_WORDS = re.compile(r"\b(?:RAM|host memory|system memory|CPU memory|swap)\b|内存", re.I)
+_HOST_WORDS = compile_later(r"\b(?:RAM|host memory|system memory|CPU memory|swap)\b|内存", re.I)
 # Not a failure: "how to avoid OOM", "no OOM", "not out of memory", "OOM-free".
-_NOT_AN_ERROR = re.compile(
+_NOT_AN_ERROR = compile_later(
     r"\b(?:avoid|avoiding|prevent|preventing|without|no|not|never|reduce|reducing)\s+"
     r"(?:an?\s+|the\s+|any\s+)?(?:cuda\s+|gpu\s+)?(?:oom|out[ -]?of[ -]?memory|memory error)"
     r"|\b(?:oom|out[ -]of[ -]memory)[ -]free\b"

@@ -11,6 +11,7 @@ from memdoc.kinds import OomKind
 from memdoc.oom.fields import SIZE, first_group, is_huge, loose, parse_shape, to_bytes, to_int
 from memdoc.oom.hostcues import PLATFORM_NOTICES
 from memdoc.oom.logtext import Hit, LogText, is_source_line, rank_of, strip_prefix
+from memdoc.oom.patterns import Pattern, compile_later
 from memdoc.trace.model import OomInfo, ProcessUsage
 
 # Short lines only: a shell's "Killed" line is short, and a 1 MB line must not be rescanned.
@@ -23,31 +24,31 @@ _DATALOADER = loose(
 # Signals a worker dies of by its own fault (a bug, a bad library), never for lack of memory.
 _NOT_MEMORY_SIGNALS = ("segmentation fault", "aborted", "floating point", "illegal instruction")
 _DMESG_NEEDLES = ("kill process", "killed process", "oom-kill:", "oom_reaper", "invoked oom-killer")
-_DMESG_KILL = re.compile(
+_DMESG_KILL = compile_later(
     r"(?:Out of memory|Memory cgroup out of memory|oom-kill)[^\n]{0,80}?:? Kill(?:ed)? process"
     r" (\d{1,10}) \(([^)]{0,100})\)"
 )
-_KILLED_PROCESS = re.compile(r"Killed process (\d{1,10}) \(([^)]{0,100})\)([^\n]{0,400})")
-_RSS = re.compile(r"\b(?:anon|file|shmem)-rss:\s?(\d{1,20})kB")
-_OOM_KILL_TASK = re.compile(r"oom-kill:[^\n]{0,300}?\bpid=(\d{1,10})")
-_REAPED = re.compile(r"oom_reaper: reaped process (\d{1,10})")
-_INVOKED = re.compile(r"(\S{1,100}) invoked oom-killer")
-_CGROUP_LIMIT = re.compile(r"memory: usage (\d{1,20})kB, limit (\d{1,20})kB")
+_KILLED_PROCESS = compile_later(r"Killed process (\d{1,10}) \(([^)]{0,100})\)([^\n]{0,400})")
+_RSS = compile_later(r"\b(?:anon|file|shmem)-rss:\s?(\d{1,20})kB")
+_OOM_KILL_TASK = compile_later(r"oom-kill:[^\n]{0,300}?\bpid=(\d{1,10})")
+_REAPED = compile_later(r"oom_reaper: reaped process (\d{1,10})")
+_INVOKED = compile_later(r"(\S{1,100}) invoked oom-killer")
+_CGROUP_LIMIT = compile_later(r"memory: usage (\d{1,20})kB, limit (\d{1,20})kB")
 _LOCALE_KILLED = ("已杀死", "getötet", "強制終了")
 _KILLED_WORDS = r"(?:已杀死|Getötet|強制終了)"
 _KILLED_LINE = (
-    re.compile(r"^Killed(?::\s?9)?\.?\s*$"),
+    compile_later(r"^Killed(?::\s?9)?\.?\s*$"),
     # bash's and zsh's job lines: "[1]+  Killed  python train.py", "[1]  1819 killed  python3 ..."
-    re.compile(r"^(?:\[\d{1,4}\][+-]?\s+)?(?:(\d{1,10})\s+)?[Kk]illed\s{2,40}\S"),
-    re.compile(r"line \d{1,6}:\s{0,4}(\d{1,10}) Killed\b"),
-    re.compile(r"^zsh: killed\s"),
-    re.compile(r"\]\s?Killed\s*$"),  # after a progress bar that did not end its line
+    compile_later(r"^(?:\[\d{1,4}\][+-]?\s+)?(?:(\d{1,10})\s+)?[Kk]illed\s{2,40}\S"),
+    compile_later(r"line \d{1,6}:\s{0,4}(\d{1,10}) Killed\b"),
+    compile_later(r"^zsh: killed\s"),
+    compile_later(r"\]\s?Killed\s*$"),  # after a progress bar that did not end its line
     # The shell's word in other locales (glibc's name of SIGKILL): Chinese, German, Japanese.
-    re.compile(
+    compile_later(
         rf"^(?:\[\d{{1,4}}\][+-]?\s+)?(?:(\d{{1,10}})\s+)?{_KILLED_WORDS}(?:\s{{2,40}}\S|\s*$)"
     ),
-    re.compile(rf"[\]\ds]\s?{_KILLED_WORDS}\s*$"),
-    re.compile(rf"\d{{1,6}}:\s{{0,4}}(\d{{1,10}}) {_KILLED_WORDS}"),  # a script's line N
+    compile_later(rf"[\]\ds]\s?{_KILLED_WORDS}\s*$"),
+    compile_later(rf"\d{{1,6}}:\s{{0,4}}(\d{{1,10}}) {_KILLED_WORDS}"),  # a script's line N
 )
 # "exit code 137", torchrun's "exitcode: -9", DeepSpeed's launcher "exits with return code = -9"
 _EXIT_STATUS = (
@@ -56,7 +57,7 @@ _EXIT_STATUS = (
 )
 # How a launcher, a shell or a runtime reports an exit by SIGKILL, as (needles, pattern): the
 # lowercase needles that anchor a line, the pattern that must hold around them.
-_EXIT_KILLS: tuple[tuple[tuple[str, ...], re.Pattern[str]], ...] = (
+_EXIT_KILLS: tuple[tuple[tuple[str, ...], Pattern], ...] = (
     (
         (
             "exit code",
@@ -67,42 +68,42 @@ _EXIT_KILLS: tuple[tuple[tuple[str, ...], re.Pattern[str]], ...] = (
             "terminated with code",
             "return code",
         ),
-        re.compile(_EXIT_STATUS, re.I),
+        compile_later(_EXIT_STATUS, re.I),
     ),
-    (("exit status",), re.compile(r"non-zero exit status (?:137|-9)\b")),
-    (("signals.sigkill",), re.compile(r"<Signals\.SIGKILL: 9>")),
-    (("signal 9",), re.compile(r"\bSignal 9 \(SIGKILL\)")),
-    (("oomkilled",), re.compile(r"\bOOMKilled\b")),
+    (("exit status",), compile_later(r"non-zero exit status (?:137|-9)\b")),
+    (("signals.sigkill",), compile_later(r"<Signals\.SIGKILL: 9>")),
+    (("signal 9",), compile_later(r"\bSignal 9 \(SIGKILL\)")),
+    (("oomkilled",), compile_later(r"\bOOMKilled\b")),
     # runc's "container init was OOM-killed", a scheduler's "OOM killed"; not "was not ..."
     (
         ("oom-killed", "oom killed"),
-        re.compile(r"(?<!not )(?<!n't )(?<!never )\bOOM[- ]killed\b", re.I),
+        compile_later(r"(?<!not )(?<!n't )(?<!never )\bOOM[- ]killed\b", re.I),
     ),
     (
         ("signal 9", "signal: killed"),
-        re.compile(r"\bkilled by signal 9\b|\bsignal: killed\b", re.I),
+        compile_later(r"\bkilled by signal 9\b|\bsignal: killed\b", re.I),
     ),
     # A compiler killed while building an extension (gcc's cc1plus, nvcc's cicc; the names
     # are hostcues.COMPILERS).
     (
         ("killed signal terminated program", "died due to signal 9"),
-        re.compile(r"Killed signal terminated program \w{1,40}|died due to signal 9\b"),
+        compile_later(r"Killed signal terminated program \w{1,40}|died due to signal 9\b"),
     ),
 )
 _EXIT_KILL = tuple(pattern for _, pattern in _EXIT_KILLS)
 _EXIT_NEEDLES = tuple(dict.fromkeys(needle for needles, _ in _EXIT_KILLS for needle in needles))
 # A kill the line itself blames on something other than memory.
-OTHER_KILLER = re.compile(
+OTHER_KILLER = compile_later(
     r"time ?limit|timeout|timed out|cancel|preempt|SIGTERM|SIGINT|Ctrl-C|by (?:the )?user"
     r"|manually|segmentation fault|segfault|watchdog",
     re.I,
 )
-_PID = re.compile(r"\(pid:? (\d{1,10})\)|by PID (\d{1,10})|process (\d{1,10})", re.I)
-_TORCHRUN_RANK = re.compile(r"^rank\s{0,8}:\s{0,4}(\d{1,6})")
-_BUS_ERROR = re.compile(r"(?:^|\d\s{1,10}|:\s{0,3})Bus error\b")
+_PID = compile_later(r"\(pid:? (\d{1,10})\)|by PID (\d{1,10})|process (\d{1,10})", re.I)
+_TORCHRUN_RANK = compile_later(r"^rank\s{0,8}:\s{0,4}(\d{1,6})")
+_BUS_ERROR = compile_later(r"(?:^|\d\s{1,10}|:\s{0,3})Bus error\b")
 # A process ended by SIGBUS as a launcher reports it: DeepSpeed's "exits with return code =
 # -7", torchrun's "exitcode: -7", a shell's 135, Python's <Signals.SIGBUS: 7>.
-_EXIT_BUS = re.compile(
+_EXIT_BUS = compile_later(
     _EXIT_STATUS.replace("(?:137|-9)", "(?:135|-7)")
     + r"|non-zero exit status (?:135|-7)\b|<Signals\.SIGBUS: 7>|\bSignal 7 \(SIGBUS\)",
     re.I,
@@ -113,15 +114,15 @@ _NUMPY = loose(
     rf"Unable to allocate ({SIZE}) for an array with shape (\([\d, ]{{0,300}}\))"
     r" and data type (\w+)"
 )
-_MEMORY_ERROR = re.compile(r"^(?:[\w.]{0,80}\.)?_?(?:Array)?MemoryError\b")
+_MEMORY_ERROR = compile_later(r"^(?:[\w.]{0,80}\.)?_?(?:Array)?MemoryError\b")
 # numpy's own class named in full as an error ("...: Unable to allocate"), anywhere on a line.
-_NUMPY_MEMORY_ERROR = re.compile(r"\bnumpy\.core\._exceptions\._ArrayMemoryError:")
-_REQUESTED = re.compile(r"(?:allocate|mmap) (\d{1,25}) bytes", re.I)
+_NUMPY_MEMORY_ERROR = compile_later(r"\bnumpy\.core\._exceptions\._ArrayMemoryError:")
+_REQUESTED = compile_later(r"(?:allocate|mmap) (\d{1,25}) bytes", re.I)
 # macOS malloc prints the size a line or two above "can't allocate region" / bad_alloc.
-_MACH_VM_MAP = re.compile(r"mach_vm_map\(size=(\d{1,25})\) failed")
+_MACH_VM_MAP = compile_later(r"mach_vm_map\(size=(\d{1,25})\) failed")
 # Torch7's TH (and PyTorch's CPU allocator before 1.0): "Torch: not enough memory: you tried to
 # allocate 2GB. Buy new RAM!", the size in whole GiB rounded down (0 means under one).
-_TORCH7 = re.compile(r"you tried to allocate (\d{1,10})GB", re.I)
+_TORCH7 = compile_later(r"you tried to allocate (\d{1,10})GB", re.I)
 
 
 def find(log: LogText) -> list[Hit]:
@@ -335,8 +336,8 @@ def _requested(text: str) -> int | None:
 
 
 # "has not exceeded memory limit", "didn't use an instance type with more memory"
-_NEGATED = re.compile(r"(?:\bnot|\bnever|\bno|n't)\s+(?:\w+\s+){0,2}$", re.I)
-_SLURM_LIMIT = re.compile(r"exceeded memory limit \((\d{1,20}) > (\d{1,20})\)")
+_NEGATED = compile_later(r"(?:\bnot|\bnever|\bno|n't)\s+(?:\w+\s+){0,2}$", re.I)
+_SLURM_LIMIT = compile_later(r"exceeded memory limit \((\d{1,20}) > (\d{1,20})\)")
 _OLLAMA = loose(rf"requires more system memory \(({SIZE})\) than is available \(({SIZE})\)")
 
 

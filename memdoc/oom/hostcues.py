@@ -9,6 +9,7 @@ from enum import Enum
 from typing import TypeVar
 
 from memdoc.kinds import OomKind
+from memdoc.oom.patterns import Pattern, compile_later
 
 
 class Killer(str, Enum):
@@ -122,8 +123,8 @@ class HostCues:
     worker_end: WorkerEnd | None = None
 
 
-def _pattern(text: str) -> re.Pattern[str]:
-    return re.compile(text, re.IGNORECASE)
+def _pattern(text: str) -> Pattern:
+    return compile_later(text, re.IGNORECASE)
 
 
 _KILLERS = tuple((_pattern(pattern), killer) for pattern, killer in KILLERS)
@@ -158,10 +159,10 @@ def host_cues(texts: Iterable[str]) -> HostCues:
     )
 
 
-def _any(pattern: re.Pattern[str], texts: tuple[str, ...]) -> bool:
+def _any(pattern: Pattern, texts: tuple[str, ...]) -> bool:
     return any(pattern.search(text) for text in texts)
 
 
-def _first(table: tuple[tuple[re.Pattern[str], _T], ...], texts: tuple[str, ...]) -> _T | None:
+def _first(table: tuple[tuple[Pattern, _T], ...], texts: tuple[str, ...]) -> _T | None:
     """The value of the table's first row that any of the texts matches."""
     return next((value for pattern, value in table if _any(pattern, texts)), None)

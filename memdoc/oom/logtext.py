@@ -8,6 +8,7 @@ from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from memdoc.oom.patterns import Pattern, compile_later
 from memdoc.trace.model import OomInfo
 
 _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
@@ -15,14 +16,14 @@ _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 # What launchers and test runners put before every line: torchrun's `[rank0]:`, its
 # `--tee` form `[default0]:`, mpirun's `[1,3]<stderr>:`, Ray's `(pid=123)` and pytest's
 # `E   `. Bounded repetition keeps this linear on any line.
-_PREFIX = re.compile(
+_PREFIX = compile_later(
     r"^\s{0,40}(?:(?:\[rank\d{1,6}\]:|\[default\d{1,6}\]:|\[\d{1,6},\d{1,6}\]<std(?:out|err)>:"
     r"|\([\w.-]{0,60} ?pid=\d{1,10}(?:, ip=[\d.]{1,40})?\)|E {1,12}(?=\S))\s{0,12}){0,4}"
 )
-_RANK = re.compile(r"^\s{0,40}(?:\[rank(\d{1,6})\]:|\[\d{1,6},(\d{1,6})\]<std(?:out|err)>:)")
+_RANK = compile_later(r"^\s{0,40}(?:\[rank(\d{1,6})\]:|\[\d{1,6},(\d{1,6})\]<std(?:out|err)>:)")
 
 # A line that starts a new record, so a message cannot continue onto it.
-_RECORD_START = re.compile(
+_RECORD_START = compile_later(
     r"(?:Traceback \(most recent call last\)|During handling of the above|The above exception"
     r"|File \"|[IWEF]\d{4} \d\d:\d\d|\[[IWEF]\d{4} |\d{4}-\d\d-\d\d[ T]\d|\[\d{4}-\d\d-\d\d"
     r"|\[\s{0,8}\d{1,12}\.\d{1,9}\]|[IWEF] [\w/.\\:-]{1,200}\.(?:cc|cpp|h|cu):\d{1,6}\]"
@@ -33,8 +34,8 @@ _RECORD_START = re.compile(
 # Source lines that a traceback prints, where a message is only quoted or caught:
 # `if "CUDA out of memory" in str(e):`, `except torch.OutOfMemoryError:`, a format string.
 # Blanks standing for a lost line break, searched backwards: at least eight, then text.
-_WIDE_GAP = re.compile(r"\s{8,}(?=\S)")
-_SOURCE_LINE = re.compile(
+_WIDE_GAP = compile_later(r"\s{8,}(?=\S)")
+_SOURCE_LINE = compile_later(
     r"""^(?:["']|(?:if|elif|except|assert|raise|return|for|while|def|with|match|case|\#) )"""
     r"""|\bin str\(|\.format\(|\bstr\(\w{1,20}\)|==\s{0,3}["']"""
 )
@@ -117,7 +118,7 @@ class Window:
         # regexes allow any whitespace between words, so nothing is lost either way.
         return "".join(self.parts)
 
-    def search(self, pattern: re.Pattern[str]) -> re.Match[str] | None:
+    def search(self, pattern: Pattern) -> re.Match[str] | None:
         """The first match inside one line (for tokens that must not run across lines)."""
         for part in self.parts:
             match = pattern.search(part)

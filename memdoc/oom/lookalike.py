@@ -15,23 +15,24 @@ import re
 
 from memdoc.kinds import OomKind
 from memdoc.oom.fields import to_bytes
+from memdoc.oom.patterns import compile_later
 from memdoc.trace.model import OomInfo
 
 # A mapping this small refused with ENOMEM is a limit on mappings, not a lack of memory.
 TINY_MAPPING_BYTES = 64 * 1024
 
 # RDMA verbs (`ibv_*`) failing with ENOMEM hit the locked-memory limit too (Docker's 64 MiB).
-_LOCKED = re.compile(
+_LOCKED = compile_later(
     r"\bmlock\b|rlimit_mlock|ulimit -l\b|max locked memory|\bmemlock\b|\bibv_\w{2,40}\b",
     re.I,
 )
-_MAP_COUNT = re.compile(r"max_map_count", re.I)
-_MAPPING = re.compile(
+_MAP_COUNT = compile_later(r"max_map_count", re.I)
+_MAPPING = compile_later(
     r"\bmmap\s{1,4}(\d{1,20}(?:\.\d{1,4})?)\s{0,2}(bytes|[KMG]i?B)\b"
     r"|\bmap (\d{1,20}) bytes\b",
     re.I,
 )
-_QUOTA = re.compile(r"disk quota exceeded", re.I)
+_QUOTA = compile_later(r"disk quota exceeded", re.I)
 
 LOCKED_MEMORY = (
     "it names the locked-memory limit (`ulimit -l`, RLIMIT_MLOCK), not the memory's size: "
@@ -76,7 +77,7 @@ BARE_BAD_ALLOC = (
     "failed, it was memory: run it under `memdoc run` to see"
 )
 # Words of the log around a bad_alloc that speak of memory running out, not of a bad size.
-_MEMORY_SAID = re.compile(
+_MEMORY_SAID = compile_later(
     r"out of memory|out_of_memory|memory limit|not enough memory|cannot allocate memory"
     r"|\bkilled\b|\boom\b|memoryerror: (?!std::bad_alloc\s*$)",
     re.I,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
+
+from memdoc.oom.patterns import compile_later
 
 # A word of an identifier: an upper-case run (CUDA in CUDAGraph), a capitalised or lower-case
 # run with the digits and letter that follow it (Conv2d, conv1d), or digits alone.
-_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+(?:\d+[a-zA-Z](?![a-z])|\d+)?|\d+")
+_WORD = compile_later(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+(?:\d+[a-zA-Z](?![a-z])|\d+)?|\d+")
 
 
 def name_words(name: str) -> tuple[str, ...]:

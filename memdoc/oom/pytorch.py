@@ -26,6 +26,7 @@ from memdoc.oom.logtext import (
     rank_of,
     strip_prefix,
 )
+from memdoc.oom.patterns import Pattern, compile_later
 from memdoc.trace.model import OomInfo, ProcessUsage
 
 # ComfyUI's log line for a torch.OutOfMemoryError whose message is "Allocation on device".
@@ -49,7 +50,7 @@ _CPU_NEEDLE = "defaultcpuallocator"
 # The class name without a message counts only as the exception line that names it
 # (followed by its message, or alone on its line; not named in a sentence), or as the header
 # of IPython's traceback, which names the class before the frames.
-_EXCEPTION = re.compile(
+_EXCEPTION = compile_later(
     r"^(?:torch\.)?(?:cuda\.)?OutOfMemoryError"
     r"(?::\s*\S|\s*$|\s{2,}Traceback \(most recent call last\))"
 )
@@ -133,7 +134,7 @@ def _is_error_line(first: str) -> bool:
     return "out of memory" in lowered or _COMFYUI in lowered or _EXCEPTION.match(first) is not None
 
 
-def _size(pattern: re.Pattern[str], text: str, group: int = 1) -> int | None:
+def _size(pattern: Pattern, text: str, group: int = 1) -> int | None:
     return to_bytes(first_group(pattern.search(text), group))
 
 

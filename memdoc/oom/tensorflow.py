@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 from memdoc.kinds import OomKind
 from memdoc.oom.context import guess_framework
 from memdoc.oom.fields import (
@@ -21,6 +19,7 @@ from memdoc.oom.fields import (
     to_int,
 )
 from memdoc.oom.logtext import Hit, LogText, Window, rank_of
+from memdoc.oom.patterns import compile_later
 from memdoc.trace.model import OomInfo
 
 # TensorFlow raises ResourceExhaustedError for allocation failures; the bare class name
@@ -35,13 +34,13 @@ _SHAPE = loose(r"(?:with|of) shape ?(\[[\d ,]{0,600}\])")
 _DTYPE = loose(r"\] and type (\w{1,40})")
 _ALLOCATOR = loose(r"by allocator ([\w.-]{1,100})")
 _NODES = (
-    re.compile(r"\[\[\{\{node ([^}\s]{1,300})\}\}"),
-    re.compile(r"\[\[node ([^\s(\]]{1,300})"),
-    re.compile(r"\[\[Node: ([^\s=\]]{1,300})"),
-    re.compile(r"\{\{function_node __wrapped__(\w{1,100}?)_device_"),
-    re.compile(r"\[Op:(\w{1,200})\]"),
+    compile_later(r"\[\[\{\{node ([^}\s]{1,300})\}\}"),
+    compile_later(r"\[\[node ([^\s(\]]{1,300})"),
+    compile_later(r"\[\[Node: ([^\s=\]]{1,300})"),
+    compile_later(r"\{\{function_node __wrapped__(\w{1,100}?)_device_"),
+    compile_later(r"\[Op:(\w{1,200})\]"),
 )
-_NODE_LINE = re.compile(r"^Node: '([^']{1,300})'")
+_NODE_LINE = compile_later(r"^Node: '([^']{1,300})'")
 _TF_HINT = loose(r"Hint: If you want to see a list of allocated tensors.{0,300}?allocation info\.")
 _TF_CUES = ("resource exhausted", "resourceexhausted", "resource_exhausted", "[op:", "{{node")
 

@@ -6,6 +6,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from memdoc.oom.patterns import Pattern, compile_later
+
 # Each table is one idea: a row is a phrase (a pattern, matched without case) and where it
 # was seen. A text says the idea when any row matches the message, the log around it or the
 # traceback's code.
@@ -123,8 +125,8 @@ class TextCues:
     frameworks_named: tuple[str, ...] = ()  # in the order of FRAMEWORKS_NAMED
 
 
-def _pattern(rows: Iterable[str]) -> re.Pattern[str]:
-    return re.compile("|".join(rows), re.IGNORECASE)
+def _pattern(rows: Iterable[str]) -> Pattern:
+    return compile_later("|".join(rows), re.IGNORECASE)
 
 
 _WORKSPACE_LIMIT = _pattern(WORKSPACE_LIMIT)
@@ -160,7 +162,7 @@ def text_cues(texts: Iterable[str]) -> TextCues:
     )
 
 
-def _any(pattern: re.Pattern[str], texts: tuple[str, ...]) -> bool:
+def _any(pattern: Pattern, texts: tuple[str, ...]) -> bool:
     return any(pattern.search(text) for text in texts)
 
 
@@ -186,8 +188,8 @@ class MessageCues:
     kv_nothing_left: bool = False  # nothing at all was left for vLLM's KV cache
 
 
-_KV_MAX_LEN = re.compile(KV_MAX_LEN, re.IGNORECASE)
-_KV_TOKENS_THAT_FIT = re.compile(KV_TOKENS_THAT_FIT, re.IGNORECASE)
+_KV_MAX_LEN = compile_later(KV_MAX_LEN, re.IGNORECASE)
+_KV_TOKENS_THAT_FIT = compile_later(KV_TOKENS_THAT_FIT, re.IGNORECASE)
 
 
 def message_cues(message: str) -> MessageCues:
@@ -201,6 +203,6 @@ def message_cues(message: str) -> MessageCues:
     )
 
 
-def _number(pattern: re.Pattern[str], text: str) -> int | None:
+def _number(pattern: Pattern, text: str) -> int | None:
     found = pattern.search(text)
     return int(found.group(1)) if found is not None else None

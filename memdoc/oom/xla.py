@@ -10,6 +10,7 @@ from memdoc.kinds import OomKind
 from memdoc.oom.context import guess_framework
 from memdoc.oom.fields import INT, SIZE, first_group, first_known, is_huge, loose, to_bytes, to_int
 from memdoc.oom.logtext import Hit, LogText, Window, rank_of
+from memdoc.oom.patterns import compile_later
 from memdoc.trace.model import OomInfo
 
 _NEEDLES = (
@@ -40,15 +41,15 @@ _TEMP = (loose(rf"preallocated temp allocation: ({SIZE})"), loose(rf"HLO temp ({
 _TOTAL_ALLOCATION = loose(rf"total allocation: ({SIZE})")
 _PARAMETERS = loose(rf"parameter allocation: ({SIZE})")
 _OUTPUTS = loose(rf"maybe_live_out allocation: ({SIZE})")
-_SOURCE = re.compile(r'source_file="([^"]{1,500})" source_line=(\d{1,9})')
-_XLA_SHAPE = re.compile(r"^([a-z]{1,4}\d{0,3})\[([\d,]{0,200})\]")
-_SIZE_LINE = re.compile(rf"^(?:\d{{1,3}}\.\s{{0,3}})?Size: ({SIZE})", re.IGNORECASE)
-_LABEL_LINE = re.compile(r"^XLA Label: (\S{1,100})")
-_SHAPE_LINE = re.compile(r"^(?:Shape|Entry Parameter Subshape): (\S{1,300})")
-_KIND_LINE = re.compile(r"^Allocation type: (.{1,60})$")
-_OP_NAME = re.compile(r'op_name="([^"]{1,400})"')
-_PROGRAM = re.compile(r"^((?:p?jit|pmap|xmap|shard_map)\([\w.<>-]{1,200}\))")
-_MODULE = re.compile(r"HloModule ([\w.-]{1,200})|module (jit_[\w.-]{1,200})")
+_SOURCE = compile_later(r'source_file="([^"]{1,500})" source_line=(\d{1,9})')
+_XLA_SHAPE = compile_later(r"^([a-z]{1,4}\d{0,3})\[([\d,]{0,200})\]")
+_SIZE_LINE = compile_later(rf"^(?:\d{{1,3}}\.\s{{0,3}})?Size: ({SIZE})", re.IGNORECASE)
+_LABEL_LINE = compile_later(r"^XLA Label: (\S{1,100})")
+_SHAPE_LINE = compile_later(r"^(?:Shape|Entry Parameter Subshape): (\S{1,300})")
+_KIND_LINE = compile_later(r"^Allocation type: (.{1,60})$")
+_OP_NAME = compile_later(r'op_name="([^"]{1,400})"')
+_PROGRAM = compile_later(r"^((?:p?jit|pmap|xmap|shard_map)\([\w.<>-]{1,200}\))")
+_MODULE = compile_later(r"HloModule ([\w.-]{1,200})|module (jit_[\w.-]{1,200})")
 _COMPILE_CUES = (
     "bufferassignment",
     "program hbm requirement",
