@@ -130,7 +130,9 @@ class HostCollector:
 
     def _refresh_tree(self, unix_t: float) -> None:
         root = self._procs.get(self.root_pid)
-        if root is None:
+        if root is None or not _alive(root):
+            # Its children, if any are left, are no longer its: the ones seen are kept.
+            # (Finding a process's children reads every process of the machine.)
             return
         # A program may move itself into a cgroup of its own (a job step, a test harness):
         # follow it, so its limit and OOM kills are the ones recorded.
@@ -194,3 +196,11 @@ class HostCollector:
             self._session.event(
                 Event(t=unix_t or time.time(), kind=EventKind.PROCESS_EXIT, pid=pid)
             )
+
+
+def _alive(proc: psutil.Process) -> bool:
+    """The process runs (a zombie, exited but not yet waited for, does not)."""
+    try:
+        return bool(proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False

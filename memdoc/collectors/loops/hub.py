@@ -9,7 +9,6 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from memdoc.collectors.base import note_raised
 from memdoc.collectors.own import own_memory
 
 if TYPE_CHECKING:
@@ -60,6 +59,10 @@ def raised(exc: BaseException, depth: int = 1) -> None:
     frames from the caller of this function out to the wrapper the program called."""
     if isinstance(exc, Exception) and _sessions:
         with contextlib.suppress(Exception):
+            # A session listens, so its collectors are loaded already: `import memdoc`
+            # alone (the hooks' installer) does not load them.
+            from memdoc.collectors.base import note_raised
+
             note_raised(_each(), exc, depth=depth + 1)
 
 
