@@ -234,6 +234,8 @@ def _record_stderr_ooms(
     """Memory errors the program printed: from processes without an agent, and the dumps
     (TensorFlow's BFC allocator state, XLA's buffer assignment) that only stderr carries.
     `pid` is the one Python process of the run, which printed them, when there was one."""
+    if not text.strip():
+        return  # the program printed nothing
     from memdoc.oom import parse_all
 
     for oom in parse_all(text):
