@@ -87,6 +87,7 @@ class RuleSpec:
         evidence: Iterable[Evidence],
         *,
         to_confirm: str | None = None,
+        title: str | None = None,
         frameworks: Sequence[str] = (),
         extra: dict[str, Any] | None = None,
         fixes: Sequence[Fix] | None = None,
@@ -94,7 +95,8 @@ class RuleSpec:
         """A finding of this rule, with the fixes for the frameworks involved.
 
         Its confidence follows from `signals` alone (see `memdoc.rules.confidence`).
-        `fixes` narrows the rule's fixes to those the evidence calls for.
+        `fixes` narrows the rule's fixes to those the evidence calls for; `title` says what
+        happened where the rule's own title would say more (a limit neared, not reached).
         """
         chosen = fixes_for(self.fixes if fixes is None else fixes, frameworks)
         trace = facts.trace
@@ -102,7 +104,7 @@ class RuleSpec:
         return Finding(
             rule=self.slug,
             code=self.code,
-            title=self.host_title if self.host_title and no_gpu_seen(trace) else self.title,
+            title=title or self._title(trace),
             confidence=signals.confidence,
             summary=summary,
             evidence=tuple(evidence),
@@ -112,6 +114,9 @@ class RuleSpec:
             extra=dict(extra or {}),
             reasons=signals.reasons,
         )
+
+    def _title(self, trace: Trace) -> str:
+        return self.host_title if self.host_title and no_gpu_seen(trace) else self.title
 
 
 def fixes_for(fixes: Sequence[Fix], frameworks: Sequence[str]) -> tuple[Fix, ...]:

@@ -1163,3 +1163,29 @@ def test_an_undonated_jitted_step_is_told_to_donate_and_a_donated_one_is_not() -
     # Donated already: what it held is weighed with the donated state counted, not as 17 KiB.
     assert donated is not None and "Donat" not in donated.summary
     assert confidence_word(donated.confidence) == "weak"
+
+
+def test_a_run_that_finished_near_its_limit_is_said_to_have_come_close_not_run_out(
+    tmp_path: Path,
+) -> None:
+    def run(path: Path, *, killed: bool) -> str:
+        rec = Recorder(path)
+        for i in range(1, 11):
+            rss = (i / 10) * 30 * GiB
+            rec.sample(
+                i * 0.5,
+                {SeriesKey(Metric.HOST_RSS): rss, SeriesKey(Metric.CGROUP_LIMIT): 32 * GiB},
+            )
+        if killed:
+            rec.end(5.5, signal=9)
+        else:
+            rec.end(5.5, exit_code=0)
+        finding = check_rule(RULES["host-oom"], load_trace(path))
+        assert finding is not None
+        return finding.title
+
+    assert (
+        run(tmp_path / "finished.memdoc", killed=False)
+        == "The host's memory came close to its limit"
+    )
+    assert run(tmp_path / "killed.memdoc", killed=True) == "The host ran out of memory"

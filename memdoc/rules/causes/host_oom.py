@@ -138,6 +138,7 @@ never rose, and memory stayed below half of its limit, this rule does not fire.
             verdict.summary,
             evidence,
             to_confirm=verdict.to_confirm,
+            title=verdict.title,
             frameworks=involved,
             fixes=signs.fixes(
                 involved,

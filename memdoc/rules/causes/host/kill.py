@@ -45,6 +45,10 @@ def worker_death(cues: HostCues) -> Verdict:
     return Verdict(Signals(POSSIBLE), summary)
 
 
+# A job that came close to its limit and was not stopped did not run out: it was close.
+NEAR_LIMIT_TITLE = "The host's memory came close to its limit"
+
+
 def recorded_kill(facts: Facts, fail: Failure | None, pressure: Pressure) -> Verdict | None:
     """No host error text: the OOM-kill counter, a SIGKILL and the memory curve tell."""
     killed = killed_by_signal(facts)
@@ -67,5 +71,5 @@ def recorded_kill(facts: Facts, fail: Failure | None, pressure: Pressure) -> Ver
             f"The job reached {pressure.reached_words}, close to the "
             f"{format_bytes(pressure.limit_bytes)} {pressure.limit_label}."
         )
-        return Verdict(Signals(POSSIBLE), summary)
+        return Verdict(Signals(POSSIBLE), summary, title=NEAR_LIMIT_TITLE)
     return None

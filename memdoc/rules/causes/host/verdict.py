@@ -14,3 +14,4 @@ class Verdict:
     signals: Signals
     summary: str
     to_confirm: str | None = None
+    title: str | None = None  # where the rule's title would say more than happened
