@@ -18,6 +18,7 @@ from memdoc.collectors.base import Collector, CollectorFailed, Sink, Values, fra
 from memdoc.collectors.own import step_memory, trim_heap
 from memdoc.kinds import OomKind
 from memdoc.trace.model import (
+    HANDLED_WHEN_RAISED,
     SCHEMA_VERSION,
     USER_STEP,
     CollectorStatus,
@@ -256,8 +257,26 @@ class Session:
         process's OOM, without this process's memory, which says nothing about it.
         """
         self._claim_raised(exc)
+        for earlier in handled_before(exc):
+            self._claim_raised(earlier)
+            for event in self._earlier_events(earlier):
+                self.sink.event(event)
         for event in self._exception_events(exc, tb, where=where, context=context):
             self.sink.event(event)
+
+    def _earlier_events(self, exc: BaseException) -> list[Event]:
+        """A memory error the program was still handling when it raised the one being
+        recorded (a retry inside its `except` block): caught, and kept alive, with its
+        traceback's frames and what they held. Its figures are its message's: the memory
+        now is not the memory then."""
+        oom = memory_error_event(exc, pid=self.pid, with_host=False, where="caught")
+        if oom is None or not self._first_sighting(exc):
+            return []
+        data = {**oom.data, HANDLED_WHEN_RAISED: True}
+        return [
+            exception_event(exc, exc.__traceback__, pid=self.pid, where="caught"),
+            replace(oom, data=data),
+        ]
 
     def note_raised(self, exc: BaseException, outer: list[str] | None = None) -> None:
         """A memory error rising out of a framework call memdoc wraps (a backward pass, a
@@ -386,6 +405,22 @@ def own_thread(target: Callable[[], None], name: str) -> threading.Thread:
     finally:
         threading.stack_size(previous)
     return thread
+
+
+# The most earlier errors followed back through an exception's context.
+MAX_HANDLED_BEFORE = 32
+
+
+def handled_before(exc: BaseException) -> list[BaseException]:
+    """The errors `exc` was raised while handling (its `__context__` chain), oldest first."""
+    chain: list[BaseException] = []
+    seen = {id(exc)}
+    earlier = exc.__context__
+    while earlier is not None and id(earlier) not in seen and len(chain) < MAX_HANDLED_BEFORE:
+        seen.add(id(earlier))
+        chain.append(earlier)
+        earlier = earlier.__context__
+    return chain[::-1]
 
 
 # The attribute a recorded exception carries: (pid, session id) of each session that has it.

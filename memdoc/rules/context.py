@@ -60,6 +60,13 @@ class Facts:
         return self.failure.oom if self.failure is not None else None
 
     @cached_property
+    def handled_when_raised(self) -> list[OomInfo]:
+        """The memory errors the failing process was still handling when it raised the
+        failure's (retries inside an `except` block), oldest first."""
+        fail = self.failure
+        return [] if fail is None else _facts.handled_when_raised(self.trace, fail)
+
+    @cached_property
     def root_pid(self) -> int | None:
         return _facts.root_pid(self.trace)
 

@@ -18,6 +18,7 @@ from memdoc.rules.trend import Trend, fit_trend
 from memdoc.trace.model import (
     FRAMEWORK_NAMES,
     FRAMEWORK_PREFIXES,
+    HANDLED_WHEN_RAISED,
     KERAS,
     UNWATCHED_FRAMEWORK_NAMES,
     Event,
@@ -583,3 +584,17 @@ def measured_baselines(trace: Trace, curve: Curve) -> list[tuple[int, float]]:
             out.append((index, step.baseline))
             last_sample = sample
     return out
+
+
+def handled_when_raised(trace: Trace, fail: Failure) -> list[OomInfo]:
+    """The memory errors the failing process was still handling when it raised `fail`'s
+    (a retry inside an `except` block), oldest first: each one's traceback kept its frames,
+    and what they held, alive through the retries after it."""
+    earlier = []
+    for event in trace.oom_events():
+        if event.pid != fail.pid or event.t > fail.t or not event.data.get(HANDLED_WHEN_RAISED):
+            continue
+        oom = oom_of(event)
+        if oom is not None:
+            earlier.append(oom)
+    return earlier

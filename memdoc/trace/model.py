@@ -144,6 +144,9 @@ STEP_HOST_READINGS = {Metric.HOST_ANON: StepReading.ANON, Metric.HOST_RSS: StepR
 # An end record's `reason` when an exception left a `memdoc.watch` block: the program may
 # still catch it, so the record carries no exit code.
 RAISED_OUT_OF_WATCH = "raised out of the watched block"
+# An OOM event's flag: the program raised its next error while still handling this one (a
+# retry inside its `except` block), which kept this one's traceback, and its frames, alive.
+HANDLED_WHEN_RAISED = "handled_when_next_raised"
 
 
 @dataclass(frozen=True)

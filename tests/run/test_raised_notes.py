@@ -9,7 +9,7 @@ import pytest
 
 from memdoc.run.handled import noting_collections
 from memdoc.session import Session
-from memdoc.trace.model import Event, EventKind
+from memdoc.trace.model import HANDLED_WHEN_RAISED, Event, EventKind
 
 
 class _Events:
@@ -134,3 +134,49 @@ def test_a_collection_while_an_error_is_being_noted_does_not_note_it_twice(
 
     [oom] = sink.ooms()
     assert oom["stack"][0] == "train.py:40:<module>"  # the wrapper's note, with its frames
+
+
+def test_errors_still_being_handled_when_the_last_was_raised_are_recorded_before_it() -> None:
+    session, sink = _session()
+
+    def attempt(size: int) -> None:
+        try:
+            raise RuntimeError(
+                "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't "
+                f"allocate memory: you tried to allocate {size} bytes. Error code 12 (Cannot "
+                "allocate memory)"
+            )
+        except RuntimeError:
+            if size <= 16 << 20:
+                raise
+            try:
+                raise KeyError("not a memory error, handled on the way")
+            except KeyError:
+                attempt(size // 2)  # the retry, inside the handler of the failed try
+
+    try:
+        attempt(64 << 20)
+    except RuntimeError as last:
+        session.record_exception(last, where="uncaught")
+    session.stop()
+
+    ooms = sink.ooms()
+    assert [o["oom"]["requested_bytes"] >> 20 for o in ooms] == [64, 32, 16]
+    assert [o["where"] for o in ooms] == ["caught", "caught", "uncaught"]
+    assert [bool(o.get(HANDLED_WHEN_RAISED)) for o in ooms] == [True, True, False]
+    assert "host" not in ooms[0]  # the memory now is not the memory then
+
+
+def test_an_error_handled_before_and_recorded_then_is_not_recorded_twice() -> None:
+    session, sink = _session()
+    first = _oom()
+    session.record_exception(first, where="caught")  # seen as it was caught (Python 3.12)
+    try:
+        try:
+            raise first
+        except RuntimeError:
+            raise _oom() from None
+    except RuntimeError as last:
+        session.record_exception(last, where="uncaught")
+
+    assert [o["where"] for o in sink.ooms()] == ["caught", "uncaught"]

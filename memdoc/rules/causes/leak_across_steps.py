@@ -49,6 +49,26 @@ KEEP_LESS_FOR_METRICS_FIX = Fix(
 )
 
 
+RETRY_AFTER_THE_HANDLER_FIX = Fix(
+    "pytorch",
+    "Retry after the except block, not inside it",
+    snippet(
+        """
+    import torch
+
+    batch = 512
+    while True:
+        try:
+            train(batch)
+            break
+        except torch.OutOfMemoryError:  # RuntimeError for the CPU's allocator
+            pass  # leaving the block frees the failed try's traceback and its tensors
+        batch //= 2
+    """
+    ),
+)
+
+
 KEEP_FOR_METRICS_FIX = Fix(
     "pytorch",
     "Keep what the metric needs, on the CPU, and clear it after each evaluation",
@@ -129,7 +149,10 @@ keeps every step's graph), outputs appended to a list for logging or metrics, ho
 store activations, caches keyed by input, copies of the weights kept by a callback or a
 hand-made average (memdoc names these when the growth per step is a whole number of
 model copies), or metric objects that accumulate state on the
-GPU. In Python the memory is freed only when the last reference goes.
+GPU. In Python the memory is freed only when the last reference goes. An exception being
+handled is such a reference: a retry made inside the `except` block of an out-of-memory
+error runs beside the failed try's frames and every tensor they hold (memdoc names this when
+the last error was raised while earlier ones were still being handled).
 """
     confirm = """
 - Allocated memory read at step boundaries rises steadily (`memdoc run` records it at every
@@ -203,6 +226,8 @@ GPU. In Python the memory is freed only when the last reference goes.
         if facts.is_text_only:
             return self._from_text(facts, fail) if fail is not None else None
         oom = fail.oom if fail is not None else None
+        if fail is not None and facts.handled_when_raised:
+            return self._retried_in_handler(facts, fail)
         device = facts.failed_device(oom)
         curve = facts.step_curve(device if device is not None and device >= 0 else None)
         if curve is None:
@@ -284,6 +309,39 @@ GPU. In Python the memory is freed only when the last reference goes.
             frameworks=facts.frameworks(fail.oom if fail else None),
             extra={"metric": curve.metric, "device": curve.device},
             fixes=fixes,
+        )
+
+    def _retried_in_handler(self, facts: Facts, fail: Failure) -> Finding:
+        """The program retried inside the `except` block of a memory error, again and again:
+        each failed try's traceback kept its frames, and the tensors they held, alive while
+        the next try ran."""
+        earlier = facts.handled_when_raised
+        tries = len(earlier) + 1
+        summary = (
+            f"The job ran out {tries} times, each retry started inside the `except` block of "
+            "the try before: an exception being handled keeps its traceback, and with it the "
+            "failed try's frames and every tensor they held, so each try ran beside what all "
+            "the failed ones had kept."
+        )
+        evidence = [count_evidence("memory errors still being handled at the last", tries - 1)]
+        first, last = earlier[0].requested_bytes, fail.oom.requested_bytes
+        if first and last:
+            evidence += [
+                bytes_evidence("the first try asked for", first),
+                bytes_evidence("the last try asked for", last),
+            ]
+        signals = Signals.of(
+            LIKELY,
+            retried_more_than_once=tries >= 3,
+            smaller_tries_ran_out=bool(first and last and last < first),
+        )
+        return self.finding(
+            facts,
+            signals,
+            summary,
+            evidence,
+            frameworks=facts.frameworks(fail.oom),
+            fixes=(RETRY_AFTER_THE_HANDLER_FIX, *self.fixes),
         )
 
     def _evaluation_kept(self, facts: Facts, fail: Failure | None, kept: EvaluationKept) -> Finding:
