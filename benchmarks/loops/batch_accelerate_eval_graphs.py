@@ -5,16 +5,17 @@ The decorated function trains one epoch at the batch size it is given, then scor
 4096 held-out reviews at the same batch size, in `eval()` mode but with autograd on, and
 keeps every batch's probabilities for the accuracy. Each kept probability tensor holds its
 batch's graph, with the activations saved for a backward pass that never comes: about
-190 KiB a review (the normalised, projected and activated token features), some 770 MiB
-for the whole held-out set, which is the same whatever the batch. So every try runs out
-partway through validation, the finder takes a tenth off the batch, from 16 down to 1, and
-every size runs out the same way until it gives up at zero, though training at 16 needs a
-few MiB. (Validate under `torch.no_grad()`: the held-out probabilities are 32 KiB, and the
-first try, at 16, trains and validates under the same cap.)
+390 KiB a review of 512 tokens (the normalised, projected and activated token features),
+some 1.5 GiB for the whole held-out set, which is the same whatever the batch. So every try
+runs out partway through validation, the finder takes a tenth off the batch, from 16 down
+to 1, and every size runs out the same way until it gives up at zero, though training at
+16 needs a few dozen MiB. (Validate under `torch.no_grad()`: the held-out probabilities
+are 32 KiB, and the first try, at 16, trains and validates under the same cap.)
 """
 
 from __future__ import annotations
 
+import ctypes
 import resource
 
 import torch
@@ -24,8 +25,8 @@ from accelerate.utils import find_executable_batch_size
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-BUDGET_BYTES = 384 << 20  # as on a machine with 384 MiB to spare
-VOCAB, SEQ, WIDTH, CLASSES, TRAIN, HELD_OUT = 8000, 256, 64, 2, 256, 4096
+BUDGET_BYTES = 256 << 20  # as on a machine with 256 MiB to spare
+VOCAB, SEQ, WIDTH, CLASSES, TRAIN, HELD_OUT = 8000, 512, 64, 2, 128, 4096
 
 
 def cap_address_space(budget_bytes: int) -> None:
@@ -63,6 +64,10 @@ class ReviewClassifier(nn.Module):
 
 
 def main() -> None:
+    # Allocations of 128 KiB and more get their own mappings, returned when freed, as a
+    # device's caching allocator keeps large blocks apart from small ones: otherwise each
+    # small tensor kept on glibc's heap can pin a megabyte of freed activations around it.
+    ctypes.CDLL("libc.so.6").mallopt(-3, 128 << 10)  # M_MMAP_THRESHOLD
     torch.manual_seed(0)
     accelerator = Accelerator(cpu=True)
     torch.ones(1 << 20).sum()  # start the thread pool before the cap: its stacks count

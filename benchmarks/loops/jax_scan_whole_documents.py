@@ -90,11 +90,14 @@ def main() -> None:
     documents = make_documents(rng)
     params = init(jax.random.PRNGKey(0))
     velocity = jax.tree.map(jnp.zeros_like, params)
+    running = 0.0
     for step in range(1, STEPS + 1):
         batch = documents[rng.choice(DOCUMENTS, BATCH, replace=False)]
         params, velocity, loss = train_step(params, velocity, batch)
+        running += float(loss)  # read every step, so that a failed step reports at once
         if step % 5 == 0:
-            print(f"step {step}: loss {float(loss):.3f}", flush=True)
+            print(f"step {step}: mean loss {running / 5:.3f}", flush=True)
+            running = 0.0
     print("training finished")
 
 
