@@ -27,6 +27,7 @@ from memdoc.collectors.torch_cuda import (
     real_gate,
     torch_oom_stats,
 )
+from memdoc.collectors.torch_frames import module_in_hand
 from memdoc.kinds import OomKind
 from memdoc.trace.model import CollectorStatus, EventKind, OomInfo
 
@@ -181,6 +182,14 @@ class TorchCollector:
     # -- hooks the session calls -----------------------------------------------------------
 
     def oom_context(self, exc: BaseException) -> Mapping[str, Any] | None:
+        found: dict[str, Any] = {}
+        with contextlib.suppress(Exception):
+            module = module_in_hand(exc, self._torch)
+            if module is not None:
+                found["module_in_hand"] = module
+        return {**found, **(self._allocator_context(exc) or {})} or None
+
+    def _allocator_context(self, exc: BaseException) -> Mapping[str, Any] | None:
         if not self._is_torch_oom(exc):
             return None
         with self._lock:

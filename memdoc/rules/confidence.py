@@ -92,6 +92,7 @@ _REASON_WORDS = {
     "first_step": "in the first step",
     "large_request": "a large request",
     "split_blocks": "split blocks in the pool",
+    "outside_a_loops_evaluation": "outside a loop's own evaluation",
 }
 # Said of a finding whose cause is a behaviour over time, from an error text alone.
 CAPPED = "capped: "

@@ -54,6 +54,9 @@ class Failure:
     # JAX: XLA's memory analysis of that call's compiled program, in bytes: `argument`,
     # `output`, `alias` (outputs written into donated arguments), `temp`.
     compiled: Mapping[str, int] = field(default_factory=dict)
+    # PyTorch: the module whose forward the error came out of, read from its traceback:
+    # `module` (its class), `training`, and for one in evaluation mode `recording_graph`.
+    module: Mapping[str, Any] = field(default_factory=dict)
 
     # What the recogniser reads in the words of the error, the log around it and its code,
     # read once for the failure.
@@ -151,7 +154,13 @@ def failure(trace: Trace) -> Failure | None:
         host=_host_numbers(event),
         jitted_call=_text_or_none(event.data.get("jitted_call")),
         compiled=_byte_counts(event.data.get("compiled_memory")),
+        module=_mapping(event.data.get("module_in_hand")),
     )
+
+
+def _mapping(value: object) -> dict[str, Any]:
+    """A mapping read from a trace, with text keys; {} for anything else."""
+    return {str(k): v for k, v in value.items()} if isinstance(value, Mapping) else {}
 
 
 def _byte_counts(value: object) -> dict[str, int]:

@@ -65,6 +65,9 @@ graph alive for as long as they are referenced, for example in a list of predict
 - Memory during evaluation rises as much as during a training step (`memdoc run` with
   `memdoc.mark("eval")` before evaluation records it).
 - `torch.is_grad_enabled()` is `True` inside the evaluation loop.
+- The forward that ran out is a model's in evaluation mode (`model.eval()`) whose frames hold
+  tensors with a `grad_fn`: autograd recorded it (memdoc reads both from the error's
+  traceback under `memdoc run`). A frozen teacher in distillation is the common case.
 - The log has PyTorch's warning "volatile was removed and now has no effect": code written
   for PyTorch before 0.4 still counts on `volatile=True` to turn autograd off.
 """
@@ -123,7 +126,47 @@ graph alive for as long as they are referenced, for example in a list of predict
                 return found
         if fail is None:
             return None
-        return self._volatile(facts, fail) or self._from_frames(facts, fail)
+        return (
+            self._inference_recording(facts, fail)
+            or self._volatile(facts, fail)
+            or self._from_frames(facts, fail)
+        )
+
+    def _inference_recording(self, facts: Facts, fail: Failure) -> Finding | None:
+        """The forward that ran out was a model's in evaluation mode, and autograd was
+        recording it (its frames held tensors with a `grad_fn`): inference, or a frozen
+        teacher, run without `torch.no_grad()`, whatever the code around it is called."""
+        module = fail.module
+        if module.get("training") is not False or module.get("recording_graph") is not True:
+            return None
+        name = str(module.get("module") or "a model")
+        summary = (
+            f"The forward pass that ran out was {name}'s, in evaluation mode, with autograd "
+            "recording it (the tensors in its frames carry a grad_fn): run without "
+            "torch.no_grad(), it keeps every layer's activations for a backward pass that "
+            "never comes."
+        )
+        evidence = [
+            Evidence(f"module whose forward ran out: {name}, in evaluation mode"),
+            Evidence("autograd recorded its graph: tensors in its frames have a grad_fn"),
+        ]
+        first_step = not facts.is_text_only and not any(
+            t <= fail.t for t in facts.trace.steps().times()
+        )
+        phase = None if facts.is_text_only else facts.phase_at(fail.t, fail.pid)
+        signals = Signals.of(
+            LIKELY,
+            in_the_first_step=first_step,
+            outside_a_loops_evaluation=phase is None or phase.name != "eval",
+        )
+        return self.finding(
+            facts,
+            signals,
+            summary,
+            evidence,
+            to_confirm=f"wrap the call of {name} in `with torch.no_grad():` and run again",
+            frameworks=["pytorch"],
+        )
 
     def _volatile(self, facts: Facts, fail: Failure) -> Finding | None:
         """PyTorch 0.4 dropped `volatile=True` and warns when code still passes it: code that

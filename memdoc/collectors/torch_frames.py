@@ -1,0 +1,75 @@
+"""Which PyTorch module's forward a memory error came out of, read from its traceback.
+
+At the error the traceback still holds the frames it passed through, and with them the
+modules that were running (`self` of each `forward`) and the tensors they held. Two facts
+the text of the error cannot give are read there: whether that module was in training or in
+evaluation mode, and whether autograd was recording (a tensor in those frames has a
+`grad_fn`). A model in evaluation mode that records a graph is running inference without
+`torch.no_grad()`. Only attributes are read; nothing is changed or kept.
+"""
+
+from __future__ import annotations
+
+from types import FrameType
+from typing import Any
+
+# The functions a module call runs through: its own `forward` and nn.Module's call wrappers.
+FORWARD_CALLS = frozenset({"forward", "_call_impl", "_wrapped_call_impl"})
+# The most frames of a traceback looked at (an OOM's traceback is a few dozen).
+MAX_FRAMES = 300
+
+
+def module_in_hand(exc: BaseException, torch: Any) -> dict[str, Any] | None:
+    """The module whose forward `exc` came out of: the outermost one in evaluation mode, when
+    none above it trains (a frozen batch norm inside a training model is not one), else the
+    outermost; with `training`, and for one in evaluation mode `recording_graph`. None when
+    no module's forward is in the traceback."""
+    frames = _frames(exc)
+    calls = _module_calls(frames, torch.nn.Module)
+    if not calls:
+        return None
+    evaluating = next((n for n, (_, module) in enumerate(calls) if not module.training), None)
+    if evaluating is None or any(module.training for _, module in calls[:evaluating]):
+        outermost = calls[0][1]
+        return {"module": type(outermost).__qualname__, "training": bool(outermost.training)}
+    index, module = calls[evaluating]
+    return {
+        "module": type(module).__qualname__,
+        "training": False,
+        "recording_graph": _recording(frames[index:], torch.Tensor),
+    }
+
+
+def _frames(exc: BaseException) -> list[FrameType]:
+    frames: list[FrameType] = []
+    tb = exc.__traceback__
+    while tb is not None and len(frames) < MAX_FRAMES:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    return frames
+
+
+def _module_calls(frames: list[FrameType], module_type: type) -> list[tuple[int, Any]]:
+    """(frame index, module) of each module's forward, outermost first, each module once."""
+    found: list[tuple[int, Any]] = []
+    seen: set[int] = set()
+    for index, frame in enumerate(frames):
+        if frame.f_code.co_name not in FORWARD_CALLS:
+            continue
+        module = frame.f_locals.get("self")
+        if isinstance(module, module_type) and id(module) not in seen:
+            seen.add(id(module))
+            found.append((index, module))
+    return found
+
+
+def _recording(frames: list[FrameType], tensor_type: type) -> bool:
+    """A tensor held by these frames was made by autograd-recorded operations."""
+    for frame in frames:
+        for value in frame.f_locals.values():
+            try:
+                if isinstance(value, tensor_type) and getattr(value, "grad_fn", None) is not None:
+                    return True
+            except Exception:  # a tensor subclass may refuse the question
+                continue
+    return False
