@@ -55,11 +55,6 @@ class Facts:
         return _facts.failure(self.trace)
 
     @cached_property
-    def oom(self) -> OomInfo | None:
-        """The failure's parsed error, where there is one."""
-        return self.failure.oom if self.failure is not None else None
-
-    @cached_property
     def handled_when_raised(self) -> list[OomInfo]:
         """The memory errors the failing process was still handling when it raised the
         failure's (retries inside an `except` block), oldest first."""
@@ -91,6 +86,11 @@ class Facts:
     @cached_property
     def gpu_recorded(self) -> bool:
         return _host.gpu_recorded(self.trace)
+
+    @cached_property
+    def cpu_only(self) -> bool:
+        """The run used no GPU: the memory that ran out, or every device seen, is host."""
+        return _host.cpu_only(self.trace)
 
     # -- frameworks and devices -----------------------------------------------------------
 
@@ -183,9 +183,6 @@ class Facts:
 
     def curve_capacity(self, curve: Curve, oom: OomInfo | None) -> float | None:
         return _host.curve_capacity(self.trace, curve, oom)
-
-    def cgroup_limit_label(self) -> str:
-        return _host.cgroup_limit_label(self.trace)
 
     def job_peak_resident(self) -> Held | None:
         return _host.job_peak_resident(self.trace)

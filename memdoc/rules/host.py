@@ -74,6 +74,20 @@ def on_host(trace: Trace, oom: OomInfo) -> bool:
     return not gpu_recorded(trace) and (oom.device is None or oom.device < 0)
 
 
+def cpu_only(trace: Trace) -> bool:
+    """True when the run used no GPU: the memory that ran out, or every device seen, is host."""
+    oom = trace.ending_oom()
+    if oom is not None:
+        return on_host(trace, oom)
+    return not trace.is_text_only and not gpu_recorded(trace)
+
+
+def no_gpu_seen(trace: Trace) -> bool:
+    """A recording that saw no GPU at all: words about a GPU do not belong in it. (An error
+    text alone may come from a GPU job even when host memory ran out.)"""
+    return not trace.is_text_only and not gpu_recorded(trace)
+
+
 def host_limits(
     trace: Trace, pid: int | None, at_error: Mapping[str, int] | None = None
 ) -> list[Limit]:

@@ -11,7 +11,7 @@ from memdoc.rules import confidence
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import Signals
 from memdoc.rules.context import Facts
-from memdoc.rules.host import gpu_recorded, on_host
+from memdoc.rules.host import cpu_only, no_gpu_seen
 from memdoc.trace.model import FRAMEWORK_NAMES as PEOPLE_NAMES
 from memdoc.trace.model import KERAS, UNWATCHED_FRAMEWORK_NAMES, OomInfo
 from memdoc.trace.reader import Trace
@@ -138,20 +138,6 @@ _ON_CPU = (
     ("torch.float16", "torch.bfloat16"),  # CPU autocast computes in bf16
     ('"mixed_float16"', '"mixed_bfloat16"'),
 )
-
-
-def cpu_only(trace: Trace) -> bool:
-    """True when the run used no GPU: the memory that ran out, or every device seen, is host."""
-    oom = trace.ending_oom()
-    if oom is not None:
-        return on_host(trace, oom)
-    return not trace.is_text_only and not gpu_recorded(trace)
-
-
-def no_gpu_seen(trace: Trace) -> bool:
-    """A recording that saw no GPU at all: words about a GPU do not belong in it. (An error
-    text alone may come from a GPU job even when host memory ran out.)"""
-    return not trace.is_text_only and not gpu_recorded(trace)
 
 
 def fixes_for_host(fixes: Sequence[Fix]) -> tuple[Fix, ...]:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from memdoc.rules.engine import diagnose, explain_text
+from memdoc.rules.host import cpu_only
 from memdoc.rules.registry import RULES
-from memdoc.rules.spec import cpu_only
 from tests.rules.fixture_cases import RULE_FIXTURES, all_cases
 
 CUDA = re.compile(r"cuda|CUDA|\bfloat16\b|mixed_float16")

@@ -11,7 +11,6 @@ from memdoc.rules.facts import Failure, said
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
-    cpu_only,
     ratio_evidence,
     snippet,
 )
@@ -132,7 +131,7 @@ model trains fine once loaded.
         if not loading:
             return self._loading_phase(facts, fail)
         summary = "The error happened while a checkpoint was being loaded."
-        if cpu_only(facts.trace):
+        if facts.cpu_only:
             summary = (
                 "The error happened while a checkpoint was being loaded: the model's "
                 "parameters and the loaded copy were in host memory at once."
@@ -155,7 +154,7 @@ model trains fine once loaded.
             facts,
             Signals(POSSIBLE),
             "The error came while loading; loading a checkpoint "
-            + ("" if cpu_only(facts.trace) else "onto the GPU ")
+            + ("" if facts.cpu_only else "onto the GPU ")
             + "is one cause.",
             [],
             to_confirm=_to_confirm(facts),
@@ -211,7 +210,7 @@ model trains fine once loaded.
 
 
 def _to_confirm(facts: Facts) -> str:
-    if cpu_only(facts.trace):
+    if facts.cpu_only:
         return (
             "build the model on the meta device and load with `assign=True`; the peak while "
             "loading should drop by the size of the weights"
