@@ -412,14 +412,20 @@ MAX_HANDLED_BEFORE = 32
 
 
 def handled_before(exc: BaseException) -> list[BaseException]:
-    """The errors `exc` was raised while handling (its `__context__` chain), oldest first."""
+    """The errors `exc` was raised while handling (its `__context__` chain), oldest first;
+    not those it was raised from or in place of (`raise ... from`), which are the same
+    failure told again (TensorFlow turns its status error into ResourceExhaustedError)."""
     chain: list[BaseException] = []
     seen = {id(exc)}
-    earlier = exc.__context__
-    while earlier is not None and id(earlier) not in seen and len(chain) < MAX_HANDLED_BEFORE:
+    current = exc
+    while len(chain) < MAX_HANDLED_BEFORE:
+        earlier = current.__context__
+        if earlier is None or id(earlier) in seen:
+            break
         seen.add(id(earlier))
-        chain.append(earlier)
-        earlier = earlier.__context__
+        if not current.__suppress_context__ and current.__cause__ is None:
+            chain.append(earlier)
+        current = earlier
     return chain[::-1]
 
 

@@ -180,3 +180,16 @@ def test_an_error_handled_before_and_recorded_then_is_not_recorded_twice() -> No
         session.record_exception(last, where="uncaught")
 
     assert [o["where"] for o in sink.ooms()] == ["caught", "uncaught"]
+
+
+def test_an_error_raised_in_place_of_another_is_one_failure_not_a_retry() -> None:
+    session, sink = _session()
+    try:
+        try:
+            raise _oom()  # a framework's internal status error, with the same words
+        except RuntimeError as status:
+            raise MemoryError(str(status)) from None  # told again as its public error
+    except MemoryError as public:
+        session.record_exception(public, where="uncaught")
+
+    assert [o["where"] for o in sink.ooms()] == ["uncaught"]
