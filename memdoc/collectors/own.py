@@ -7,6 +7,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from memdoc.kinds import StepReading
 
@@ -108,3 +109,48 @@ def _malloc_trim() -> Callable[[int], int] | None:
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int
     return trim
+
+
+def heap_free() -> int | None:
+    """Bytes the C heap holds freed, kept for later in its arenas (glibc's `mallinfo2`,
+    about a microsecond): resident memory the program no longer holds. A framework's
+    temporaries freed after an evaluation stay there, and the process looks larger than
+    what it keeps. None without glibc 2.33."""
+    read = _mallinfo2()
+    if read is None:
+        return None
+    return int(read().fordblks)
+
+
+@functools.cache
+def _mallinfo2() -> Callable[[], Any] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    import ctypes.util
+
+    class Mallinfo2(ctypes.Structure):
+        _fields_ = [
+            (name, ctypes.c_size_t)
+            for name in (
+                "arena",
+                "ordblks",
+                "smblks",
+                "hblks",
+                "hblkhd",
+                "usmblks",
+                "fsmblks",
+                "uordblks",
+                "fordblks",
+                "keepcost",
+            )
+        ]
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        read = libc.mallinfo2
+    except (OSError, AttributeError):
+        return None
+    read.argtypes = []
+    read.restype = Mallinfo2
+    return read

@@ -32,6 +32,9 @@ class Phase:
     # program used a CUDA device by then.
     device_start: tuple[int, int] | None = None
     device_end: tuple[int, int] | None = None
+    # What the C heap held freed, for later, at the start and the end (glibc).
+    heap_free_start: int | None = None
+    heap_free_end: int | None = None
 
     @property
     def evaluating(self) -> bool:
@@ -39,10 +42,16 @@ class Phase:
 
     @property
     def kept_bytes(self) -> int | None:
-        """Resident memory the phase added and had not given back when it ended."""
+        """Memory the phase added and had not given back when it ended: the resident memory
+        it added, less what the C heap added to the freed memory it keeps, where both marks
+        read it (an evaluation whose temporaries were freed leaves the process larger by
+        them, though it keeps nothing)."""
         if self.rss_start is None or self.rss_end is None:
             return None
-        return self.rss_end - self.rss_start
+        added = self.rss_end - self.rss_start
+        if self.heap_free_start is not None and self.heap_free_end is not None:
+            added -= self.heap_free_end - self.heap_free_start
+        return added
 
     @property
     def kept_on_device(self) -> tuple[int, int] | None:
@@ -78,10 +87,14 @@ def phases(trace: Trace) -> list[Phase]:
                     t1=after.t if after is not None else max(trace.duration_s, mark.t),
                     source=str(mark.data.get("source") or ""),
                     grad_enabled=_flag(mark.data.get("grad_enabled")),
-                    rss_start=_rss(mark.data),
-                    rss_end=_rss(after.data) if after is not None else None,
+                    rss_start=_host_figure(mark.data, "rss_bytes"),
+                    rss_end=_host_figure(after.data, "rss_bytes") if after is not None else None,
                     device_start=_device(mark.data),
                     device_end=_device(after.data) if after is not None else None,
+                    heap_free_start=_host_figure(mark.data, "heap_free_bytes"),
+                    heap_free_end=(
+                        _host_figure(after.data, "heap_free_bytes") if after is not None else None
+                    ),
                 )
             )
     return sorted(out, key=lambda p: p.t0)
@@ -100,9 +113,10 @@ def _flag(value: Any) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
-def _rss(data: Any) -> int | None:
+def _host_figure(data: Any, name: str) -> int | None:
+    """A figure of the process's own memory a mark carries (`rss_bytes`...)."""
     host = data.get("host") if hasattr(data, "get") else None
-    value = host.get("rss_bytes") if isinstance(host, dict) else None
+    value = host.get(name) if isinstance(host, dict) else None
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 

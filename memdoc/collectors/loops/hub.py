@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from memdoc.collectors.own import own_memory
+from memdoc.collectors.own import heap_free, own_memory
 
 if TYPE_CHECKING:
     from memdoc.collectors.base import SessionHandle
@@ -115,7 +115,11 @@ def _memory() -> dict[str, Any]:
     CUDA device, the live tensors' bytes there (`device`)."""
     from memdoc.collectors.torch_cuda import device_memory
 
-    out: dict[str, Any] = {"host": own_memory()}
+    host: dict[str, int] = own_memory()
+    free = heap_free()
+    if free is not None:
+        host["heap_free_bytes"] = free
+    out: dict[str, Any] = {"host": host}
     device = device_reader() if device_reader is not None else device_memory()
     if device:
         out["device"] = device

@@ -1,0 +1,64 @@
+"""What a loop phase kept, less the freed memory the C heap kept for later: measured on the
+real heap, and read from phase marks."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from memdoc.collectors.loops import hub
+from memdoc.collectors.own import heap_free
+from memdoc.trace import load_trace
+from memdoc.trace.phases import phases
+from tests.rules.recorder import MiB, Recorder
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallinfo2")
+
+
+@linux
+def test_memory_freed_below_a_block_still_held_is_kept_by_the_heap_and_counted_free() -> None:
+    before = heap_free()
+    blocks = [bytearray(64 << 10) for _ in range(1000)]  # in the heap's arenas, not mapped
+    pin = bytearray(64 << 10)  # held above them: the freed ones cannot go back as the top
+    del blocks
+    after = heap_free()
+    assert before is not None and after is not None
+    assert after - before >= 48 * MiB  # 62.5 MiB freed; the heap may reuse a little
+    del pin
+
+
+@linux
+def test_every_phase_mark_carries_the_heaps_free_memory() -> None:
+    assert "heap_free_bytes" in hub._memory()["host"]
+
+
+def _run(path: Path, free_at_marks: list[int | None]) -> list[int | None]:
+    """Training, evaluation and training again; the evaluation leaves the process 60 MiB
+    larger. `free_at_marks`: the heap's free memory each mark read (None: not read)."""
+    rec = Recorder(path)
+    rss = [400 * MiB, 410 * MiB, 470 * MiB, 470 * MiB]
+    for index, (label, resident, free) in enumerate(
+        zip(["train", "eval", "train", "phase ended"], rss, free_at_marks, strict=True)
+    ):
+        host = {"rss_bytes": resident, **({"heap_free_bytes": free} if free is not None else {})}
+        phase = None if label == "phase ended" else label
+        rec.event(1.0 + index, "mark", label=label, phase=phase, source="keras", host=host)
+    rec.end(5.0, exit_code=0)
+    return [p.kept_bytes for p in phases(load_trace(path))]
+
+
+def test_an_evaluation_whose_temporaries_the_heap_kept_kept_nothing(tmp_path: Path) -> None:
+    kept = _run(tmp_path / "run.memdoc", [10 * MiB, 10 * MiB, 70 * MiB, 70 * MiB])
+    assert kept == [10 * MiB, 0, 0]
+
+
+def test_an_evaluation_that_kept_its_outputs_kept_them_whatever_the_heap(tmp_path: Path) -> None:
+    kept = _run(tmp_path / "run.memdoc", [10 * MiB, 10 * MiB, 10 * MiB, 10 * MiB])
+    assert kept == [10 * MiB, 60 * MiB, 0]
+
+
+def test_marks_without_the_heaps_figure_read_the_resident_memory(tmp_path: Path) -> None:
+    kept = _run(tmp_path / "run.memdoc", [None, None, None, None])
+    assert kept == [10 * MiB, 60 * MiB, 0]
