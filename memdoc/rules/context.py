@@ -133,6 +133,10 @@ class Facts:
     def rank_curves(self) -> list[tuple[int, Curve]]:
         return _facts.rank_curves(self.trace)
 
+    def rank_peaks(self) -> dict[int, float]:
+        """{rank: the most memory of its own it held}, for a trace of several ranks."""
+        return _facts.rank_peaks(self.trace)
+
     def measured_baselines(self, curve: Curve) -> list[tuple[int, float]]:
         return _facts.measured_baselines(self.trace, curve)
 

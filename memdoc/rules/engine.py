@@ -27,7 +27,7 @@ from memdoc.rules.priors import (
     prior_rank,
 )
 from memdoc.rules.ranks import rank_of
-from memdoc.rules.registry import RULES, all_rules, all_run_rules
+from memdoc.rules.registry import NODE_RULES, RULES, all_rules, all_run_rules
 from memdoc.rules.spec import count_evidence
 from memdoc.rules.text_trace import text_trace
 from memdoc.rules.words import explain_in_words
@@ -65,7 +65,7 @@ def diagnose(trace: Trace, rules: Sequence[Rule] | None = None) -> Findings:
     findings: list[Finding] = []
     warnings: list[str] = []
     facts = Facts(trace)  # every rule asks the same questions of this trace: answered once
-    for rule in all_rules() if rules is None else rules:
+    for rule in [*all_rules(), *NODE_RULES] if rules is None else rules:
         try:
             finding = check_rule(rule, facts)
         except Exception as exc:

@@ -423,6 +423,35 @@ def rank_curves(trace: Trace) -> list[tuple[int, Curve]]:
     return sorted(out, key=lambda rc: rc[0]) if len({r for r, _ in out}) >= 2 else []
 
 
+def rank_peaks(trace: Trace) -> dict[int, float]:
+    """{rank: the highest memory of its own}, when the trace holds two ranks or more that
+    were sampled on their own: the framework's allocated bytes in that process where it
+    used a GPU, else its own resident memory (`host_curve_metric`)."""
+    ranked = {p.pid: p.rank for p in trace.processes() if p.rank is not None}
+    peaks: dict[int, float] = {}
+    for pid, rank in ranked.items():
+        top = _own_peak(trace, pid)
+        if top is not None:
+            peaks[rank] = max(top, peaks.get(rank, 0.0))
+    return peaks if len(peaks) >= 2 else {}
+
+
+def _own_peak(trace: Trace, pid: int) -> float | None:
+    allocated = [
+        top[1]
+        for key in trace.series_keys()
+        if key.pid == pid and key.metric.endswith("." + Metric.ALLOCATED)
+        if (series := trace.series(key.metric, key.device, key.pid)) is not None
+        if (top := series.max()) is not None
+    ]
+    if allocated:
+        return max(allocated)
+    metric = host_curve_metric(trace, pid)
+    series = trace.series(metric, None, pid) if metric is not None else None
+    top = series.max() if series is not None else None
+    return top[1] if top is not None else None
+
+
 def root_pid(trace: Trace) -> int | None:
     """The job's first process: the program `memdoc run` started, or the watched process."""
     for process in trace.processes(ours=True):

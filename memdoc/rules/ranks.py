@@ -22,6 +22,9 @@ from memdoc.units import GiB, format_bytes, format_duration
 
 SKEW_RATIO = 1.25
 SKEW_MIN_BYTES = 1 * GiB
+# ... or this share of what the failing rank could have had, where less: a capped rank on a
+# host has hundreds of MiB, and one holding half as much again as the others is skewed.
+SKEW_MIN_SHARE = 0.10
 
 
 def rank_of(run: Run, trace: Trace) -> int:
@@ -184,7 +187,8 @@ heaviest rank sets the limit for the whole job.
 """
     confirm = """
 - Peak memory per rank differs by more than a quarter (`memdoc diagnose` on all ranks'
-  traces, or `nvidia-smi` while the job runs).
+  traces, or on one node's trace from `memdoc run -- torchrun ...`, which samples each rank
+  on its own; or `nvidia-smi` while the job runs).
 - The heaviest rank is rank 0, or the rank that got the longest inputs.
 """
     fixes = (
@@ -219,17 +223,34 @@ heaviest rank sets the limit for the whole job.
         ("PyTorch: DDP notes", "https://pytorch.org/docs/stable/notes/ddp.html"),
     )
 
+    def check(self, facts: Facts) -> Finding | None:
+        """One trace of a whole node (`memdoc run -- torchrun`): its ranks' own processes."""
+        peaks = facts.rank_peaks()
+        fail = facts.failure
+        failed = None
+        if fail is not None:
+            failed = next((p.rank for p in facts.trace.processes() if p.pid == fail.pid), None)
+        return self._skewed(facts, peaks, failed)
+
     def check_run(self, run: Run) -> list[Finding]:
         peaks = {rank_of(run, t): p for t in run.traces if (p := _peak_memory(t)) is not None}
+        failed = run.failed_first()
+        failed_rank = rank_of(run, failed) if failed is not None else None
+        for trace in run.traces:
+            if len(peaks) >= 2 and rank_of(run, trace) == max(peaks, key=lambda r: peaks[r]):
+                found = self._skewed(Facts(trace), peaks, failed_rank)
+                return [found] if found is not None else []
+        return []
+
+    def _skewed(self, facts: Facts, peaks: dict[int, float], failed: int | None) -> Finding | None:
+        """The highest rank's peak against the lowest's, when far above it."""
         if len(peaks) < 2:
-            return []
+            return None
         top_rank = max(peaks, key=lambda r: peaks[r])
         low_rank = min(peaks, key=lambda r: peaks[r])
         high, low = peaks[top_rank], peaks[low_rank]
-        if low <= 0 or high / low < SKEW_RATIO or high - low < SKEW_MIN_BYTES:
-            return []
-        failed = run.failed_first()
-        top_failed = failed is not None and rank_of(run, failed) == top_rank
+        if low <= 0 or high / low < SKEW_RATIO or high - low < _least_skew(facts):
+            return None
         evidence = [
             bytes_evidence(f"peak on rank {top_rank}", high),
             bytes_evidence(f"peak on rank {low_rank}", low),
@@ -237,13 +258,21 @@ heaviest rank sets the limit for the whole job.
         ]
         summary = (
             f"Rank {top_rank} peaked at {format_bytes(high)}, {high / low:.1f}x rank {low_rank} "
-            f"({format_bytes(low)})."
+            f"({format_bytes(low)})"
+            + (f", and rank {top_rank} ran out." if failed == top_rank else ".")
         )
-        trace = next(t for t in run.traces if rank_of(run, t) == top_rank)
-        finding = self.finding(
-            Facts(trace), Signals.of(LIKELY, top_rank_failed_first=top_failed), summary, evidence
-        )
-        return [self.ranked(finding, top_rank)]
+        signals = Signals.of(LIKELY, top_rank_failed_first=failed == top_rank)
+        return self.ranked(self.finding(facts, signals, summary, evidence), top_rank)
+
+
+def _least_skew(facts: Facts) -> float:
+    """The least difference between ranks that counts: SKEW_MIN_BYTES, or SKEW_MIN_SHARE of
+    the memory the failing rank could have had where that is less (a host's capped rank)."""
+    fail = facts.failure
+    capacity = facts.capacity_at_failure(fail) if fail is not None else None
+    if capacity is None and (limit := facts.job_limit()) is not None:
+        capacity = limit.limit_bytes
+    return min(SKEW_MIN_BYTES, SKEW_MIN_SHARE * capacity) if capacity else SKEW_MIN_BYTES
 
 
 def _failed_at(trace: Trace) -> float | None:

@@ -64,6 +64,11 @@ RULES: dict[str, Rule] = {
 RUN_RULES: dict[str, RunRule] = {rule.slug: rule for rule in (RANK_FAILED_FIRST, RANK_MEMORY_SKEW)}
 
 
+# Cross-rank rules that also read one trace holding several ranks (`memdoc run -- torchrun`
+# records a whole node in one trace).
+NODE_RULES: tuple[Rule, ...] = (RANK_MEMORY_SKEW,)
+
+
 def all_rules() -> list[Rule]:
     """Every single-trace rule, in code order."""
     return list(RULES.values())

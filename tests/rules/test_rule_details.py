@@ -1189,3 +1189,47 @@ def test_a_run_that_finished_near_its_limit_is_said_to_have_come_close_not_run_o
         == "The host's memory came close to its limit"
     )
     assert run(tmp_path / "killed.memdoc", killed=True) == "The host ran out of memory"
+
+
+def _node_of_two_ranks(path: Path, own: tuple[float, float]) -> Path:
+    """One trace of a node (`memdoc run -- torchrun`): two ranks, each sampled on its own,
+    and rank 0 running out at the end."""
+    from memdoc.trace.model import ProcessInfo
+
+    rec = Recorder(path)
+    for rank, pid in enumerate(RANK_PIDS[:2]):
+        rec.writer.process(
+            ProcessInfo(pid=pid, t=rec.t0, ppid=rec.pid, command=("python", "train.py"), rank=rank)
+        )
+    for i in range(1, 6):
+        rec.sample(
+            i * 0.5,
+            {
+                SeriesKey(Metric.HOST_ANON, pid=pid): own[rank] * i / 5
+                for rank, pid in enumerate(RANK_PIDS[:2])
+            },
+        )
+    oom = OomInfo(
+        framework="pytorch", kind="host-alloc", requested_bytes=16 * MiB, device_type="cpu"
+    )
+    host = {"rlimit_as_bytes": 1536 * MiB}  # each rank capped its own address space
+    rec.event(2.6, "oom", pid=RANK_PIDS[0], oom=oom.to_dict(), host=host)
+    rec.end(3.0, exit_code=1)
+    return path
+
+
+def test_a_node_trace_whose_rank_0_held_twice_the_others_memory_names_the_skew(
+    tmp_path: Path,
+) -> None:
+    trace = load_trace(_node_of_two_ranks(tmp_path / "skew.memdoc", (900 * MiB, 400 * MiB)))
+    found = {f.rule: f for f in diagnose(trace)}
+
+    skew = found["rank-memory-skew"]
+    assert skew.rank == 0 and confidence_word(skew.confidence) == "likely"
+    assert skew.summary.startswith("Rank 0 peaked at 900.0 MiB, 2.2x rank 1 (400.0 MiB)")
+    assert "rank 0 ran out" in skew.summary
+
+
+def test_a_node_trace_whose_ranks_held_alike_names_no_skew(tmp_path: Path) -> None:
+    trace = load_trace(_node_of_two_ranks(tmp_path / "even.memdoc", (600 * MiB, 560 * MiB)))
+    assert "rank-memory-skew" not in {f.rule for f in diagnose(trace)}
