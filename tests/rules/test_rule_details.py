@@ -1233,3 +1233,18 @@ def test_a_node_trace_whose_rank_0_held_twice_the_others_memory_names_the_skew(
 def test_a_node_trace_whose_ranks_held_alike_names_no_skew(tmp_path: Path) -> None:
     trace = load_trace(_node_of_two_ranks(tmp_path / "even.memdoc", (600 * MiB, 560 * MiB)))
     assert "rank-memory-skew" not in {f.rule for f in diagnose(trace)}
+
+
+def test_a_forward_with_autograd_off_is_not_said_to_keep_anything_for_backward() -> None:
+    folder = RULE_FIXTURES / "eval-without-no-grad"
+    off = check_rule(
+        RULES["activations-too-large"],
+        load_trace(folder / "miss-frozen-teacher-under-no-grad.memdoc"),
+    )
+    on = check_rule(
+        RULES["activations-too-large"], load_trace(folder / "hit-frozen-teacher-recording.memdoc")
+    )
+    assert off is not None and off.summary.endswith(
+        "with autograd off, what one layer makes at this batch does not fit."
+    )
+    assert on is not None and on.summary.endswith("what the step keeps for backward does not fit.")

@@ -245,7 +245,11 @@ job fails in the first steps, or on the first unusually long or large input.
             summary += f", asking for {format_bytes(requested)} more"
         if limits:
             summary += f" under the {format_bytes(limits[0].limit_bytes)} {limits[0].label}"
-        summary += ": what the step keeps for backward does not fit."
+        if fail.module.get("recording_graph") is False:
+            # Nothing was kept for a backward pass: what one layer makes at this batch.
+            summary += ": with autograd off, what one layer makes at this batch does not fit."
+        else:
+            summary += ": what the step keeps for backward does not fit."
         return self.finding(
             facts,
             Signals.of(LIKELY, first_step=first, sizeable_request=sizeable),
