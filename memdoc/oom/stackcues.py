@@ -71,6 +71,14 @@ OPTIMIZER_STATE_INIT: Places = (
         r"_init_group|_init_state|init_state|_lazy_init|_create_slots|add_slot|build",
     ),
 )
+# The Hugging Face `Trainer` adding an evaluation batch's outputs to all those it has kept
+# since the evaluation began (for `compute_metrics`).
+GATHERING_OUTPUTS: Places = (
+    (
+        r"transformers[/\\]trainer_pt_utils\.py",
+        r"nested_concat|torch_pad_and_concatenate|numpy_pad_and_concatenate|add",
+    ),
+)
 # Loading saved weights: torch.load, safetensors, orbax.
 CHECKPOINT_FILES: Places = ((r"torch[/\\]serialization\.py|safetensors|orbax", ""),)
 # Activation checkpointing (torch/utils/checkpoint.py) recomputes, it loads nothing.
@@ -168,6 +176,7 @@ class StackCues:
     making_optimizer_state: bool = False  # an optimizer creating its per-parameter state
     optimizer_closure: bool = False  # a closure the optimizer's step called (the step's pass)
     cuda_graph_capture: bool = False  # capturing or replaying a CUDA graph
+    gathering_outputs: bool = False  # a loop adding a batch's outputs to those it kept
     loading_checkpoint: bool = False  # loading or restoring saved weights
     evaluation: bool = False  # a function named for evaluation, or an evaluation script
     grad_off: bool = False  # gradients turned off by a decorator
@@ -199,6 +208,7 @@ def stack_cues(stack: Sequence[str]) -> StackCues:
         making_optimizer_state=_runs_in(stack, OPTIMIZER_STATE_INIT),
         optimizer_closure=_optimizer_closure(files, functions),
         cuda_graph_capture=_any_named(functions, CAPTURE_WORDS),
+        gathering_outputs=_runs_in(stack, GATHERING_OUTPUTS),
         loading_checkpoint=_runs_in(stack, CHECKPOINT_FILES)
         or any(
             has_words(file, ["checkpoint"]) and not in_file(file, _RECOMPUTE_FILES)

@@ -93,6 +93,7 @@ _REASON_WORDS = {
     "large_request": "a large request",
     "split_blocks": "split blocks in the pool",
     "outside_a_loops_evaluation": "outside a loop's own evaluation",
+    "in_the_loops_evaluation": "in the loop's own evaluation",
 }
 # Said of a finding whose cause is a behaviour over time, from an error text alone.
 CAPPED = "capped: "

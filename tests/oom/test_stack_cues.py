@@ -126,3 +126,20 @@ def test_cuda_graph_capture_and_convolutions_by_whole_words() -> None:
     assert cues("m.py:3:main", f"{TORCH}/nn/modules/conv.py:549:_conv_forward").convolution
     assert is_convolution("Conv2DBackpropFilter") and not is_convolution("convert_layout")
     assert not is_convolution(None)
+
+
+def test_the_trainer_adding_a_batchs_outputs_to_those_it_kept() -> None:
+    hf = "site-packages/transformers"
+    gathering = cues(
+        f"{hf}/trainer.py:3015:evaluation_loop",
+        f"{hf}/trainer_pt_utils.py:376:add",
+        f"{hf}/trainer_pt_utils.py:128:nested_concat",
+        f"{hf}/trainer_pt_utils.py:86:torch_pad_and_concatenate",
+    )
+    assert gathering.gathering_outputs
+    predicting = cues(
+        f"{hf}/trainer.py:3015:evaluation_loop",
+        f"{hf}/trainer.py:3260:prediction_step",
+        *FORWARD[1:],
+    )
+    assert not predicting.gathering_outputs and predicting.phase == "forward"

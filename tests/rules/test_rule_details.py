@@ -1248,3 +1248,49 @@ def test_a_forward_with_autograd_off_is_not_said_to_keep_anything_for_backward()
         "with autograd off, what one layer makes at this batch does not fit."
     )
     assert on is not None and on.summary.endswith("what the step keeps for backward does not fit.")
+
+
+def _trainer_evaluation_ran_out(path: Path, stack: tuple[str, ...]) -> Path:
+    rec = Recorder(path)
+    rec.mark(1.0, "eval", phase="eval", source="transformers", grad_enabled=False)
+    oom = OomInfo(
+        framework="pytorch", kind="host-alloc", requested_bytes=203 * MiB, device_type="cpu"
+    )
+    rec.oom(2.0, oom, stack)
+    rec.end(2.5, exit_code=1)
+    return path
+
+
+_HF = "site-packages/transformers"
+
+
+def test_an_evaluation_that_ran_out_adding_its_outputs_to_those_kept_is_a_leak(
+    tmp_path: Path,
+) -> None:
+    stack = (
+        "train.py:40:<module>",
+        f"{_HF}/trainer.py:3015:evaluation_loop",
+        f"{_HF}/trainer_pt_utils.py:376:add",
+        f"{_HF}/trainer_pt_utils.py:128:nested_concat",
+        f"{_HF}/trainer_pt_utils.py:86:torch_pad_and_concatenate",
+    )
+    trace = load_trace(_trainer_evaluation_ran_out(tmp_path / "kept.memdoc", stack))
+    leak = check_rule(RULES["leak-across-steps"], trace)
+
+    assert leak is not None and confidence_word(leak.confidence) == "likely"
+    assert "in the loop's own evaluation" in leak.reasons
+    assert leak.fixes[0].title.startswith("Keep less of each evaluation batch")
+
+
+def test_an_evaluation_that_ran_out_in_its_forward_pass_is_not_read_as_keeping(
+    tmp_path: Path,
+) -> None:
+    stack = (
+        "train.py:40:<module>",
+        f"{_HF}/trainer.py:3015:evaluation_loop",
+        f"{_HF}/trainer.py:3260:prediction_step",
+        "site-packages/torch/nn/modules/module.py:1789:_call_impl",
+        "site-packages/torch/nn/modules/linear.py:125:forward",
+    )
+    trace = load_trace(_trainer_evaluation_ran_out(tmp_path / "forward.memdoc", stack))
+    assert check_rule(RULES["leak-across-steps"], trace) is None

@@ -15,6 +15,7 @@ from memdoc.rules.facts import (
     Curve,
     Failure,
     growth_words,
+    innermost_frames,
     specific_library,
 )
 from memdoc.rules.spec import (
@@ -158,6 +159,9 @@ the last error was raised while earlier ones were still being handled).
 - Allocated memory read at step boundaries rises steadily (`memdoc run` records it at every
   step and fits the slope).
 - The job fails after many steps, not in the first one.
+- An evaluation runs out while its loop adds the batch's outputs to all it has kept since
+  the evaluation began (the Hugging Face Trainer's `nested_concat`, keeping logits for
+  `compute_metrics`).
 - `torch.cuda.memory._record_memory_history()` and a snapshot show the same source line
   growing.
 """
@@ -223,6 +227,8 @@ the last error was raised while earlier ones were still being handled).
 
     def check(self, facts: Facts) -> Finding | None:
         fail = facts.failure
+        if fail is not None and fail.stack_cues.gathering_outputs:
+            return self._gathering_outputs(facts, fail)
         if facts.is_text_only:
             return self._from_text(facts, fail) if fail is not None else None
         oom = fail.oom if fail is not None else None
@@ -309,6 +315,30 @@ the last error was raised while earlier ones were still being handled).
             frameworks=facts.frameworks(fail.oom if fail else None),
             extra={"metric": curve.metric, "device": curve.device},
             fixes=fixes,
+        )
+
+    def _gathering_outputs(self, facts: Facts, fail: Failure) -> Finding:
+        """The evaluation ran out while the `Trainer` added this batch's outputs to all it had
+        kept since the evaluation began: it keeps every batch's logits for the metrics."""
+        summary = (
+            "The evaluation ran out while the Trainer added this batch's outputs to those it "
+            "had kept since the evaluation began (nested_concat): it keeps every batch's "
+            "logits for compute_metrics until the evaluation ends, so the memory grows batch "
+            "after batch."
+        )
+        evidence = [Evidence(f"ran out in: {innermost_frames(fail, 3)}")]
+        if fail.oom.requested_bytes:
+            evidence.append(bytes_evidence("requested", fail.oom.requested_bytes))
+        phase = None if facts.is_text_only else facts.phase_at(fail.t, fail.pid)
+        signals = Signals.of(LIKELY, in_the_loops_evaluation=phase is not None and phase.evaluating)
+        return self.finding(
+            facts,
+            signals,
+            summary,
+            evidence,
+            to_confirm="set preprocess_logits_for_metrics to keep what the metric needs",
+            frameworks=["pytorch"],
+            fixes=(KEEP_LESS_FOR_METRICS_FIX,),
         )
 
     def _retried_in_handler(self, facts: Facts, fail: Failure) -> Finding:
