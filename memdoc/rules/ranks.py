@@ -236,11 +236,12 @@ heaviest rank sets the limit for the whole job.
         peaks = {rank_of(run, t): p for t in run.traces if (p := _peak_memory(t)) is not None}
         failed = run.failed_first()
         failed_rank = rank_of(run, failed) if failed is not None else None
-        for trace in run.traces:
-            if len(peaks) >= 2 and rank_of(run, trace) == max(peaks, key=lambda r: peaks[r]):
-                found = self._skewed(Facts(trace), peaks, failed_rank)
-                return [found] if found is not None else []
-        return []
+        if len(peaks) < 2:
+            return []
+        top = max(peaks, key=lambda r: peaks[r])
+        trace = next(t for t in run.traces if rank_of(run, t) == top)  # whose limits apply
+        found = self._skewed(Facts(trace), peaks, failed_rank)
+        return [found] if found is not None else []
 
     def _skewed(self, facts: Facts, peaks: dict[int, float], failed: int | None) -> Finding | None:
         """The highest rank's peak against the lowest's, when far above it."""
