@@ -302,6 +302,8 @@ class Session:
             )
             if not any(e.kind == EventKind.OOM for e in events):
                 return
+            if key in attrs.get(_RECORDED_BY, frozenset()):
+                return  # recorded meanwhile (a collection while it was read recorded it)
             if outer:  # the whole stack, kept to as many frames as any other
                 events = [
                     replace(
@@ -314,6 +316,11 @@ class Session:
                 self._raised.append((mark, events))
         except Exception:
             pass
+
+    def noted(self, exc: BaseException) -> bool:
+        """`exc` is noted (`note_raised`), or being noted now, by this session."""
+        noted = getattr(exc, "__dict__", {}).get(_NOTED)
+        return isinstance(noted, dict) and (self.pid, id(self)) in noted
 
     def _claim_raised(self, exc: BaseException) -> None:
         """`exc` is being recorded now: its note, if any, is not written as well."""

@@ -27,7 +27,6 @@ from memdoc.collectors.torch_cuda import (
     real_gate,
     torch_oom_stats,
 )
-from memdoc.collectors.torch_frames import module_in_hand
 from memdoc.kinds import OomKind
 from memdoc.trace.model import CollectorStatus, EventKind, OomInfo
 
@@ -184,6 +183,11 @@ class TorchCollector:
     def oom_context(self, exc: BaseException) -> Mapping[str, Any] | None:
         found: dict[str, Any] = {}
         with contextlib.suppress(Exception):
+            # Imported here, at the error: with it imported beside the collector, a spawned
+            # rank that exits on its error lost the error's recording in a fresh install
+            # (found by the test of one; not understood further).
+            from memdoc.collectors.torch_frames import module_in_hand
+
             module = module_in_hand(exc, self._torch)
             if module is not None:
                 found["module_in_hand"] = module

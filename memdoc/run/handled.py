@@ -12,6 +12,7 @@ from collections.abc import Callable
 from types import CodeType
 from typing import Any, NoReturn
 
+from memdoc.collectors.loops import hub
 from memdoc.kinds import could_be_memory_error
 from memdoc.session import Session, memory_error_event
 
@@ -65,8 +66,8 @@ def watch_caught_errors(session: Callable[[], Session | None]) -> bool:
 
 
 def _watch_through_collections(session: Callable[[], Session | None]) -> bool:
-    """A garbage-collection callback that notes the memory error being handled, if any, in
-    the thread that collects. It costs one `sys.exc_info()` per collection."""
+    """A garbage-collection callback that records the memory error being handled, if any,
+    in the thread that collects. It costs one `sys.exc_info()` per collection."""
     gc.callbacks.append(noting_collections(session))
     return True
 
@@ -74,11 +75,11 @@ def _watch_through_collections(session: Callable[[], Session | None]) -> bool:
 def noting_collections(
     session: Callable[[], Session | None],
 ) -> Callable[[str, dict[str, int]], None]:
-    """The collection callback: a memory error in hand when a collection starts is noted as
-    caught (`Session.note_raised`), not recorded, because a collection comes whenever the
-    program allocates, often before its handler has looked at the error: when the handler
-    then records it with what it knows (a batch-size finder's size), that recording is the
-    one kept; otherwise the note is written at the next step or the end."""
+    """The collection callback: a memory error in hand when a collection starts is recorded
+    as caught at once, since no later recording may come. While a loop's batch-size search
+    runs, it is only noted (`Session.note_raised`): a collection comes whenever the program
+    allocates, often before the finder has looked at the error, and the finder's own
+    recording, with the size it tried, is the one kept."""
     busy = threading.local()
 
     def collecting(phase: str, info: dict[str, int]) -> None:
@@ -86,16 +87,27 @@ def noting_collections(
             return
         exc = sys.exc_info()[1]
         if isinstance(exc, Exception) and could_be_memory_error(exc):
-            busy.on = True  # noting allocates: a collection it starts is not looked at
+            busy.on = True  # recording allocates: a collection it starts is not looked at
             try:
-                with contextlib.suppress(Exception):
-                    current = session()
-                    if current is not None:
-                        current.note_raised(exc)
+                _seen_in_hand(session, exc)
             finally:
                 busy.on = False
 
     return collecting
+
+
+def _seen_in_hand(session: Callable[[], Session | None], exc: Exception) -> None:
+    """A collection found `exc` in hand: recorded as caught, noted during a search, and
+    left to its note when it is being noted as it leaves a wrapped call (the note has the
+    caller's frames, which its traceback does not hold yet)."""
+    with contextlib.suppress(Exception):
+        current = session()
+        if current is None or current.noted(exc):
+            return
+        if hub.searching():
+            current.note_raised(exc)
+        else:
+            _record(session, exc, where="caught")
 
 
 def _record(session: Callable[[], Session | None], exc: Exception, *, where: str) -> None:

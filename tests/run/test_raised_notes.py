@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from memdoc.collectors.loops import hub
 from memdoc.run.handled import noting_collections
 from memdoc.session import Session
 from memdoc.trace.model import HANDLED_WHEN_RAISED, Event, EventKind
@@ -81,15 +82,21 @@ def test_notes_still_pending_when_the_session_stops_are_written() -> None:
     assert [oom["where"] for oom in sink.ooms()] == ["caught", "caught"]
 
 
-def test_an_error_seen_by_a_collection_is_kept_as_the_finder_records_it_with_its_size() -> None:
+def test_in_a_batch_size_search_an_error_a_collection_sees_is_kept_as_the_finder_records_it() -> (
+    None
+):
     session, sink = _session()
     collecting = noting_collections(lambda: session)
     exc = _oom()
+    hub.enter(hub.SEARCH, "lightning", grad_enabled=None)
     try:
-        raise exc
-    except RuntimeError:
-        collecting("start", {})  # a collection inside the finder's handler, before it looks
-        session.record_exception(exc, where="caught", context={"batch_size": 32})
+        try:
+            raise exc
+        except RuntimeError:
+            collecting("start", {})  # a collection inside the finder's handling, before it looks
+            session.record_exception(exc, where="caught", context={"batch_size": 32})
+    finally:
+        hub.leave(hub.SEARCH, "lightning")
     session.step()
     session.stop()
 
@@ -97,18 +104,14 @@ def test_an_error_seen_by_a_collection_is_kept_as_the_finder_records_it_with_its
     assert oom["where"] == "caught" and oom["batch_size"] == 32
 
 
-def test_an_error_seen_only_by_a_collection_is_written_as_caught_at_the_next_step() -> None:
+def test_outside_a_search_an_error_a_collection_sees_is_recorded_at_once() -> None:
     session, sink = _session()
     collecting = noting_collections(lambda: session)
     try:
         raise _oom()
     except RuntimeError:
         collecting("start", {})
-        collecting("stop", {})
-    assert sink.ooms() == []
-
-    session.step()
-
+    # at once: a process that then exits on the error may have no memory left to do it later
     [oom] = sink.ooms()
     assert oom["where"] == "caught" and oom["handled"] is True
 
@@ -129,11 +132,38 @@ def test_a_collection_while_an_error_is_being_noted_does_not_note_it_twice(
         return read(*args, **kwargs)
 
     monkeypatch.setattr(session, "_exception_events", reading)
-    session.note_raised(exc, ["train.py:40:<module>"])
+    hub.enter(hub.SEARCH, "lightning", grad_enabled=None)  # where collections only note
+    try:
+        session.note_raised(exc, ["train.py:40:<module>"])
+    finally:
+        hub.leave(hub.SEARCH, "lightning")
     session.stop()
 
     [oom] = sink.ooms()
     assert oom["stack"][0] == "train.py:40:<module>"  # the wrapper's note, with its frames
+
+
+def test_a_collection_while_an_error_is_being_noted_leaves_it_to_the_note_outside_a_search(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    session, sink = _session()
+    collecting = noting_collections(lambda: session)
+    exc = _oom()
+    read = session._exception_events
+
+    def reading(*args: Any, **kwargs: Any) -> list[Event]:
+        try:
+            raise exc
+        except RuntimeError:
+            collecting("start", {})  # outside a search, though seen first by a collection
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(session, "_exception_events", reading)
+    session.note_raised(exc, ["train.py:40:<module>"])
+    session.stop()
+
+    [oom] = sink.ooms()
+    assert oom["stack"][0] == "train.py:40:<module>"  # the note, with the caller's frames
 
 
 def test_errors_still_being_handled_when_the_last_was_raised_are_recorded_before_it() -> None:
