@@ -111,13 +111,14 @@ def test_outside_a_search_an_error_a_collection_sees_is_recorded_at_once() -> No
         raise _oom()
     except RuntimeError:
         collecting("start", {})
-    # at once: a process that then exits on the error may have no memory left to do it later
+    # at once: no later recording may come
     [oom] = sink.ooms()
     assert oom["where"] == "caught" and oom["handled"] is True
 
 
-def test_a_collection_while_an_error_is_being_noted_does_not_note_it_twice(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("in_search", [True, False], ids=["in-a-search", "outside-a-search"])
+def test_a_collection_while_an_error_is_being_noted_leaves_it_to_the_note(
+    monkeypatch: pytest.MonkeyPatch, in_search: bool
 ) -> None:
     session, sink = _session()
     collecting = noting_collections(lambda: session)
@@ -132,38 +133,17 @@ def test_a_collection_while_an_error_is_being_noted_does_not_note_it_twice(
         return read(*args, **kwargs)
 
     monkeypatch.setattr(session, "_exception_events", reading)
-    hub.enter(hub.SEARCH, "lightning", grad_enabled=None)  # where collections only note
+    if in_search:
+        hub.enter(hub.SEARCH, "lightning", grad_enabled=None)
     try:
         session.note_raised(exc, ["train.py:40:<module>"])
     finally:
-        hub.leave(hub.SEARCH, "lightning")
+        if in_search:
+            hub.leave(hub.SEARCH, "lightning")
     session.stop()
 
-    [oom] = sink.ooms()
+    [oom] = sink.ooms()  # once, not noted or recorded again by the collection
     assert oom["stack"][0] == "train.py:40:<module>"  # the wrapper's note, with its frames
-
-
-def test_a_collection_while_an_error_is_being_noted_leaves_it_to_the_note_outside_a_search(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    session, sink = _session()
-    collecting = noting_collections(lambda: session)
-    exc = _oom()
-    read = session._exception_events
-
-    def reading(*args: Any, **kwargs: Any) -> list[Event]:
-        try:
-            raise exc
-        except RuntimeError:
-            collecting("start", {})  # outside a search, though seen first by a collection
-        return read(*args, **kwargs)
-
-    monkeypatch.setattr(session, "_exception_events", reading)
-    session.note_raised(exc, ["train.py:40:<module>"])
-    session.stop()
-
-    [oom] = sink.ooms()
-    assert oom["stack"][0] == "train.py:40:<module>"  # the note, with the caller's frames
 
 
 def test_errors_still_being_handled_when_the_last_was_raised_are_recorded_before_it() -> None:
