@@ -263,4 +263,6 @@ def test_a_retry_loop_that_halves_its_batch_has_its_caught_backward_oom_recorded
     if sys.version_info >= (3, 12):
         assert len(ooms) == failures
     assert 1 <= len(ooms) <= failures
-    assert len(trace.steps()) == 3
+    # Three steps at the size that trained; a larger size may take a step or two before it
+    # runs out (how much the heap holds when the next step starts varies with the machine).
+    assert 3 <= len(trace.steps()) <= 3 + 2 * failures
