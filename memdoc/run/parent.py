@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from memdoc import recordings
 from memdoc.collectors.registry import parent_collectors
@@ -145,9 +145,16 @@ def _run_recorded(options: RunOptions, writer: TraceWriter) -> RunResult:
     stderr: IO[bytes] | int | None = subprocess.STDOUT if log is not None else None
     if tail is not None:
         stdout, stderr = tail.stdout_fd, tail.stderr_fd
+    in_main = threading.current_thread() is threading.main_thread()
+    # A signal that comes once the program runs but before the forwarding is set up (a
+    # program that starts fast, a busy machine) is kept here and sent on to the program,
+    # not raised in memdoc, which would then end and leave the program running.
+    early: list[int] = []
+    handlers = _keep_early_signals(early) if in_main else {}
     try:
         child = subprocess.Popen(options.command, env=env, stdout=stdout, stderr=stderr)
     except OSError as exc:
+        _restore_handlers(handlers)
         if tail is not None:
             tail.program_started()
         server.stop(drain_s=0)
@@ -161,8 +168,11 @@ def _run_recorded(options: RunOptions, writer: TraceWriter) -> RunResult:
         options.started(child.pid)
     # Block the forwarded signals before memdoc starts any thread, so that only the
     # forwarding thread takes them (the child was started before, with the mask unblocked).
-    in_main = threading.current_thread() is threading.main_thread()
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED) if in_main else None
+    _restore_handlers(handlers)
+    for signum in early:
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(signum)
     try:
         # Made once the program runs, beside its start (memdoc's start is the program's wait).
         from memdoc.forecast.live import ForecastingSink
@@ -209,6 +219,22 @@ def _run_recorded(options: RunOptions, writer: TraceWriter) -> RunResult:
         log.close()
     shutil.rmtree(sock_dir, ignore_errors=True)
     return RunResult(exit_code, sig, options.output, writer.error, len(server.agent_pids))
+
+
+def _keep_early_signals(early: list[int]) -> dict[int, Any]:
+    """Handlers for the forwarded signals that only note them in `early`; the handlers they
+    replace, to restore."""
+    saved: dict[int, Any] = {}
+    for signum in _FORWARDED:
+        with contextlib.suppress(OSError, ValueError):
+            saved[signum] = signal.signal(signum, lambda got, frame: early.append(got))
+    return saved
+
+
+def _restore_handlers(saved: dict[int, Any]) -> None:
+    for signum, handler in saved.items():
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            signal.signal(signum, handler)
 
 
 def _warm_up(work: Callable[[], None] | None, *, stderr: bool) -> None:

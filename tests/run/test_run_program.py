@@ -424,3 +424,19 @@ def test_a_rank_set_inside_the_worker_after_start_is_recorded_too(tmp_path: Path
     assert watched.returncode == 0, watched.stderr
     ranks = {(p.rank, p.local_rank) for p in load_trace(tmp_path / "t.memdoc").processes(ours=True)}
     assert (7, 3) in ranks
+
+
+def test_a_signal_the_program_sends_memdoc_as_it_starts_reaches_the_program(
+    tmp_path: Path,
+) -> None:
+    # Sent as soon as the program runs, maybe before memdoc forwards signals: it reaches
+    # the program either way, and memdoc ends with it instead of leaving it running.
+    (tmp_path / "early.py").write_text(
+        "import os, signal, time\nos.kill(os.getppid(), signal.SIGINT)\ntime.sleep(30)\n"
+    )
+    started = time.monotonic()
+    run = run_memdoc("run", "-q", "-o", "t.memdoc", "early.py", cwd=tmp_path, timeout=25)
+
+    assert run.returncode == -signal.SIGINT, run.stderr[-2000:]
+    assert b"KeyboardInterrupt" in run.stderr
+    assert time.monotonic() - started < 20
