@@ -81,7 +81,7 @@ class Facts:
 
     def phase_at(self, t: float, pid: int | None = None) -> Phase | None:
         """The loop phase `pid` (any process when None) was in at `t`, if a loop said."""
-        return phase_at(self.trace, t, pid)
+        return phase_at(self.trace, t, pid, known=self.phases)  # read once, above
 
     @cached_property
     def gpu_recorded(self) -> bool:

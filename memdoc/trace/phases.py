@@ -100,9 +100,13 @@ def phases(trace: Trace) -> list[Phase]:
     return sorted(out, key=lambda p: p.t0)
 
 
-def phase_at(trace: Trace, t: float, pid: int | None = None) -> Phase | None:
-    """The loop phase `pid` (any process when None) was in at `t`, if a loop reported one."""
-    found = [p for p in phases(trace) if (pid is None or p.pid == pid) and p.t0 <= t]
+def phase_at(
+    trace: Trace, t: float, pid: int | None = None, *, known: list[Phase] | None = None
+) -> Phase | None:
+    """The loop phase `pid` (any process when None) was in at `t`, if a loop reported one;
+    `known`: the trace's phases, where the caller has read them already."""
+    every = phases(trace) if known is None else known
+    found = [p for p in every if (pid is None or p.pid == pid) and p.t0 <= t]
     if not found:
         return None
     last = found[-1]
