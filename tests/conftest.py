@@ -50,6 +50,7 @@ _MARKS: dict[str, tuple[str, ...]] = {
     "integrations/": ("slow",),
     "forecast/test_forecast_runs.py": ("slow",),
     "forecast/test_headroom_runs.py": ("slow",),
+    "forecast/test_epoch_runs.py": ("slow", "tensorflow"),
     "collectors/test_loops.py": ("slow",),
     "collectors/test_pytorch_cpu.py": ("torch",),
     "collectors/test_jax_cpu.py": ("jax",),

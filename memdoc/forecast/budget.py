@@ -123,7 +123,7 @@ def assemble(
     limit_bytes: float | None,
     *,
     label: str | None = None,
-    planned_end_step: int | None = None,
+    plan: LoopPlan | None = None,
 ) -> StepSeries | None:
     """A StepSeries from the steps that saw a value; None when the limit is unknown."""
     if not limit_bytes:
@@ -138,7 +138,9 @@ def assemble(
         peak_bytes=[p for _, _, p in kept],
         device=budget.measured.device,
         pid=budget.measured.pid,
-        planned_end_step=planned_end_step,
+        planned_end_step=plan.end_step if plan else None,
+        loop_start_step=plan.epochs[0] if plan and plan.epochs else None,
+        epoch_steps=plan.epochs[1] if plan and plan.epochs else None,
     )
 
 
@@ -151,17 +153,39 @@ def planned_end(mark: Event, last_step: int) -> int | None:
     return last_step + planned
 
 
-def trace_planned_end(
+def planned_epochs(mark: Event, last_step: int) -> tuple[int, int] | None:
+    """(the last step before the loop's first, the steps of one epoch) from the mark of its
+    training phase, where the loop said both and will run more than one epoch."""
+    planned, epoch = mark.data.get("planned_steps"), mark.data.get("epoch_steps")
+    if mark.kind != EventKind.MARK or not isinstance(planned, int):
+        return None
+    if not isinstance(epoch, int) or not 0 < epoch < planned:
+        return None
+    return last_step, epoch
+
+
+@dataclass(frozen=True)
+class LoopPlan:
+    """What the last loop that said so plans: its end, and its epochs."""
+
+    end_step: int | None = None
+    epochs: tuple[int, int] | None = None  # see `planned_epochs`
+
+
+def trace_plan(
     trace: Trace, steps: Sequence[int], step_times: Sequence[float], until_s: float | None
-) -> int | None:
-    """The planned end of the last loop that said it, up to `until_s`."""
-    end = None
+) -> LoopPlan:
+    """The plan of the last loop that said it, up to `until_s`."""
+    plan = LoopPlan()
     for mark in trace.marks():
         if until_s is not None and mark.t > until_s:
             break
         before = bisect.bisect_right(step_times, mark.t)
-        end = planned_end(mark, steps[before - 1] if before else 0) or end
-    return end
+        last_step = steps[before - 1] if before else 0
+        end = planned_end(mark, last_step)
+        if end is not None:
+            plan = LoopPlan(end, planned_epochs(mark, last_step))
+    return plan
 
 
 def trace_step_series(trace: Trace, *, until_s: float | None = None) -> list[StepSeries]:
@@ -175,7 +199,7 @@ def trace_step_series(trace: Trace, *, until_s: float | None = None) -> list[Ste
     ]
     steps = [_step_number(number, i) for i, (_, number) in enumerate(kept)]
     step_times = [t for t, _ in kept]
-    end = trace_planned_end(trace, steps, step_times, until_s)
+    plan = trace_plan(trace, steps, step_times, until_s)
     # A batch-size finder's sizes are a regime each: the trend starts after the last one.
     since = max(
         (
@@ -204,9 +228,7 @@ def trace_step_series(trace: Trace, *, until_s: float | None = None) -> list[Ste
         sources = [_times_values(trace, k) for k in (key, *peaks_of.get(key, []))]
         peaks = step_peaks(step_times, sources)
         limit, label = limit_at(trace, budget, step_times[-1])
-        series = assemble(
-            budget, steps, step_times, peaks, limit, label=label, planned_end_step=end
-        )
+        series = assemble(budget, steps, step_times, peaks, limit, label=label, plan=plan)
         if series is not None:
             out.append(series)
     return out

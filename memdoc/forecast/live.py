@@ -12,14 +12,16 @@ from collections.abc import Callable, Mapping
 from memdoc.collectors.base import Sink
 from memdoc.forecast.budget import (
     Budget,
+    LoopPlan,
     assemble,
     budget_for,
     is_limit,
     peak_source,
     planned_end,
+    planned_epochs,
     superseded_by,
 )
-from memdoc.forecast.model import Forecast
+from memdoc.forecast.model import Forecast, NoForecast
 from memdoc.forecast.predict import analyse, earliest
 from memdoc.trace.model import (
     CollectorStatus,
@@ -66,8 +68,9 @@ class ForecastingSink:
         self._last_step_t: dict[SeriesKey, float] = {}
         self._step_pid: int | None = None
         self._last_step = 0
-        self._planned_end: int | None = None  # the loop's last step, where it said
+        self._plan = LoopPlan()  # the loop's last step and epochs, where it said
         self._next_compute = float("-inf")
+        self._judged_at_step: int | None = None  # a step that may change the forecast
         self.latest: Forecast | None = None  # the last forecast written
         self.failed = False  # set when forecasting broke; the sink then only passes on
 
@@ -91,7 +94,9 @@ class ForecastingSink:
         try:
             if event.kind == EventKind.MARK:
                 with self._lock:
-                    self._planned_end = planned_end(event, self._last_step) or self._planned_end
+                    end = planned_end(event, self._last_step)
+                    if end is not None:
+                        self._plan = LoopPlan(end, planned_epochs(event, self._last_step))
                     if changes_batch_size(event):  # another size: the trend starts again
                         self._points.clear()
                     if event.is_phase_mark:
@@ -118,7 +123,8 @@ class ForecastingSink:
             self._last_step = number
             self._close_step(number, event.t)
             now = self._clock()
-            if now < self._next_compute:
+            due = self._judged_at_step is not None and number >= self._judged_at_step
+            if now < self._next_compute and not due:
                 return
             self._next_compute = now + RECOMPUTE_EVERY_S
             self._recompute(event.t)
@@ -225,11 +231,15 @@ class ForecastingSink:
             steps = [p[0] for p in points]
             times = [p[1] - self.start_unix for p in points]
             peaks = [p[2] for p in points]
-            series = assemble(
-                budget, steps, times, peaks, limit, label=label, planned_end_step=self._planned_end
-            )
+            series = assemble(budget, steps, times, peaks, limit, label=label, plan=self._plan)
             if series is not None:
                 results.append(analyse(series))
+        # A forecast held back until a step (the first epoch's growth, judged in the second)
+        # is made at that step, not up to RECOMPUTE_EVERY_S later.
+        self._judged_at_step = min(
+            (r.judged_at_step for r in results if isinstance(r, NoForecast) and r.judged_at_step),
+            default=None,
+        )
         best = earliest(results)
         return best if isinstance(best, Forecast) else None
 

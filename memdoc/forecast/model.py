@@ -25,6 +25,11 @@ class StepSeries:
     pid: int | None = None
     # The last step the loop will run, where it said so (Keras `fit`: epochs × batches).
     planned_end_step: int | None = None
+    # Where the loop said its epochs' length and runs more than one: the last step before
+    # its first, and the steps of an epoch. What fills once, in the first epoch (a dataset
+    # cached in memory as it is first read), is told from a leak by the epochs after it.
+    loop_start_step: int | None = None
+    epoch_steps: int | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,7 @@ class NoForecast:
     reason: str
     detail: str
     points: int = 0
+    judged_at_step: int | None = None  # where the reason may no longer hold, if known
 
 
 NO_LIMIT = "no-limit"
@@ -93,3 +99,4 @@ TOO_FEW_STEPS = "too-few-steps"
 NO_GROWTH = "no-growth"
 BEYOND_REACH = "beyond-reach"  # growth, but the limit lies far past what was measured
 ENDS_FIRST = "ends-first"  # growth, but the loop ends before it reaches the limit
+FIRST_EPOCH = "first-epoch"  # growth in the first epoch only so far, the limit past it

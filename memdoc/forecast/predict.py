@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import statistics
@@ -11,6 +12,7 @@ from memdoc.forecast.fit import Z_90, LineFit, theil_sen, warmup_points
 from memdoc.forecast.model import (
     BEYOND_REACH,
     ENDS_FIRST,
+    FIRST_EPOCH,
     NO_GROWTH,
     NO_LIMIT,
     TOO_FEW_STEPS,
@@ -67,6 +69,8 @@ def analyse(series: StepSeries) -> Forecast | NoForecast:
     early = _crossing(reach, fit.slope_high, fit.intercept_for(fit.slope_high, xs, ys))
     late = _crossing(series.limit_bytes, fit.slope_low, fit.intercept_for(fit.slope_low, xs, ys))
     central = _crossing(series.limit_bytes, fit.slope, fit.intercept)
+    if (held := _first_epoch(series, fit, xs, ys, min(early, central))) is not None:
+        return held
     measured = max(int(xs[-1] - xs[0]), 1)
     if central - last_step > MAX_EXTRAPOLATION * measured:
         detail = (
@@ -112,7 +116,7 @@ def earliest(results: Sequence[Forecast | NoForecast]) -> Forecast | NoForecast 
     if forecasts:
         return min(forecasts, key=lambda f: (f.oom_step, f.eta_s or 0.0))
     reasons = [r for r in results if isinstance(r, NoForecast)]
-    order = (ENDS_FIRST, BEYOND_REACH, NO_GROWTH, TOO_FEW_STEPS, NO_LIMIT)
+    order = (ENDS_FIRST, FIRST_EPOCH, BEYOND_REACH, NO_GROWTH, TOO_FEW_STEPS, NO_LIMIT)
     return min(reasons, key=lambda r: order.index(r.reason)) if reasons else None
 
 
@@ -141,14 +145,47 @@ def _levelled_off_at(fit: LineFit, xs: Sequence[float], ys: Sequence[float]) -> 
     """The first step of the recent points when they no longer grow at a good part of the
     rate of the points before them; None while they do (or are too few to tell)."""
     count = max(MIN_RECENT_POINTS, math.ceil(len(xs) * RECENT_SHARE))
-    if count >= len(xs):
-        return None
-    recent = theil_sen(xs[-count:], ys[-count:])
-    before = theil_sen(xs[:-count], ys[:-count])
-    rate = max(fit.slope, before.slope if before is not None else 0.0)
-    if recent is None or recent.slope_high >= LEVELLED_SHARE * rate:
+    if count >= len(xs) or not _stopped(fit, xs, ys, len(xs) - count):
         return None
     return int(xs[-count])
+
+
+def _stopped(fit: LineFit, xs: Sequence[float], ys: Sequence[float], split: int) -> bool:
+    """True when the points from `split` on grow at less than a good part of the rate of
+    the points before them."""
+    recent = theil_sen(xs[split:], ys[split:])
+    before = theil_sen(xs[:split], ys[:split])
+    rate = max(fit.slope, before.slope if before is not None else 0.0)
+    return recent is not None and recent.slope_high < LEVELLED_SHARE * rate
+
+
+def _first_epoch(
+    series: StepSeries, fit: LineFit, xs: Sequence[float], ys: Sequence[float], crossing: int
+) -> NoForecast | None:
+    """No forecast yet where the growth may be what fills once, in a loop's first epoch (a
+    dataset cached in memory as it is first read): while the first epoch runs (and the
+    first steps of the second) with the limit past it, and once an epoch after the first
+    has run enough steps without the growth."""
+    start, length = series.loop_start_step, series.epoch_steps
+    last_step = int(xs[-1])
+    if start is None or not length or last_step <= start:
+        return None
+    first_end = start + length
+    judged_at = first_end + min(MIN_RECENT_POINTS, length)
+    if last_step < judged_at and crossing > judged_at:
+        detail = (
+            f"growth in the loop's first epoch only so far (it ends at step {first_end:,}), "
+            f"and the limit lies past it (step {crossing:,} at the earliest): what fills once "
+            "in the first epoch stops there"
+        )
+        return NoForecast(FIRST_EPOCH, detail, points=len(xs), judged_at_step=judged_at)
+    epoch_start = start + 1 + (last_step - start - 1) // length * length
+    split = bisect.bisect_left(xs, epoch_start)
+    enough = len(xs) - split >= MIN_RECENT_POINTS and split >= MIN_RECENT_POINTS
+    if epoch_start > first_end and enough and _stopped(fit, xs, ys, split):
+        detail = f"growth stopped: no growth in the epoch that began at step {epoch_start:,}"
+        return NoForecast(NO_GROWTH, detail, points=len(xs))
+    return None
 
 
 def _flat_detail(fit: LineFit | None, xs: Sequence[float]) -> str:

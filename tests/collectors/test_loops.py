@@ -58,6 +58,7 @@ def test_keras_fit_batches_are_steps_and_its_loops_are_phases(tmp_path: Path, ba
     assert all(m["source"] == "keras" for m in _phase_marks(trace, "train"))
     # The fit said how many steps it would run (3 epochs of 8 batches), for the forecast.
     assert [m.get("planned_steps") for m in _phase_marks(trace, "train")] == [24, None, None, None]
+    assert _phase_marks(trace, "train")[0].get("epoch_steps") == 8
     # What the model holds, from the shapes: 8x16 + 16 and 16x1 + 1 float32 weights, and
     # Adam's two moments (and a few scalars), which `fit` builds before its first step on
     # JAX and torch, and inside it on TensorFlow.

@@ -32,13 +32,18 @@ class LeakRun:
 
 
 def memdoc_run(
-    tmp_path: Path, program: str, *args: str, env: dict[str, str] | None = None
+    tmp_path: Path,
+    program: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    options: tuple[str, ...] = (),
 ) -> subprocess.CompletedProcess[str]:
+    """`memdoc run [options] program args`, its trace named after the program."""
     trace = tmp_path / f"{Path(program).stem}.memdoc"
     full_env = {k: v for k, v in os.environ.items() if k != "MEMDOC_AGENT"}
     full_env.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "memdoc", "run", "--force", "-o", str(trace)]
+        [sys.executable, "-m", "memdoc", "run", "--force", "-o", str(trace), *options]
         + [str(PROGRAMS / program), *args],
         env=full_env,
         capture_output=True,

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from memdoc.forecast import Forecast, NoForecast, StepSeries, assess, forecast
-from memdoc.forecast.model import BEYOND_REACH, ENDS_FIRST, NO_GROWTH, NO_LIMIT, TOO_FEW_STEPS
+from memdoc.forecast.model import (
+    BEYOND_REACH,
+    ENDS_FIRST,
+    FIRST_EPOCH,
+    NO_GROWTH,
+    NO_LIMIT,
+    TOO_FEW_STEPS,
+)
 from memdoc.forecast.predict import analyse
 from memdoc.trace import load_trace
 
@@ -57,6 +64,41 @@ def test_a_loop_planned_to_end_before_the_limit_gets_no_forecast() -> None:
     assert ends_first.detail.startswith("the loop ends at step 150, before the limit (step ")
     assert isinstance(ends_later, Forecast), "the limit comes before the planned end"
     assert isinstance(ran_past_its_plan, Forecast), "a plan already overrun says nothing"
+
+
+def test_growth_in_a_first_epoch_waits_for_the_second_and_a_leak_that_goes_on_is_forecast() -> None:
+    # 3 epochs of 50 steps; 200 MiB + 8 MiB a step reaches 1000 MiB at about step 101.
+    epochs = {"loop_start_step": 0, "epoch_steps": 50, "planned_end_step": 150}
+    cache = leak(50, per_step=8 * MiB, noise=1 * MiB)
+    cache += [cache[-1] + random.Random(4).gauss(0, 1 * MiB) for _ in range(50)]
+    filling = analyse(dataclasses.replace(series(cache[:45]), **epochs))
+    second_epoch_begun = analyse(dataclasses.replace(series(cache[:55]), **epochs))
+    full = analyse(dataclasses.replace(series(cache[:62]), **epochs))
+    going_on = analyse(dataclasses.replace(series(leak(75, per_step=8 * MiB)), **epochs))
+    # WITHOUT the loop's epochs, the same filling is forecast: the cap is in reach
+    unknown = analyse(dataclasses.replace(series(cache[:45]), planned_end_step=150))
+    # (and still 12 steps into the second epoch: the last third of the steps still grew)
+    unknown_later = analyse(dataclasses.replace(series(cache[:62]), planned_end_step=150))
+
+    assert isinstance(filling, NoForecast) and filling.reason == FIRST_EPOCH, filling
+    assert filling.detail.startswith("growth in the loop's first epoch only so far (it ends at")
+    assert isinstance(second_epoch_begun, NoForecast) and second_epoch_begun.reason == FIRST_EPOCH
+    assert isinstance(full, NoForecast) and full.reason == NO_GROWTH, full
+    assert full.detail == "growth stopped: no growth in the epoch that began at step 51"
+    assert isinstance(going_on, Forecast) and going_on.oom_step == pytest.approx(101, abs=3)
+    assert isinstance(unknown, Forecast) and isinstance(unknown_later, Forecast)
+
+
+def test_a_first_epoch_that_reaches_the_limit_itself_is_forecast() -> None:
+    # 200 MiB + 20 MiB a step crosses 1000 MiB at step 41, inside a first epoch of 50 steps.
+    epochs = {"loop_start_step": 0, "epoch_steps": 50, "planned_end_step": 150}
+    said = analyse(dataclasses.replace(series(leak(30, per_step=20 * MiB)), **epochs))
+    assert isinstance(said, Forecast) and said.oom_step == pytest.approx(41, abs=2)
+    # A loop of one epoch is judged as before: its growth can stop nowhere else.
+    one = {"loop_start_step": None, "epoch_steps": None, "planned_end_step": 150}
+    assert isinstance(
+        analyse(dataclasses.replace(series(leak(30, per_step=8 * MiB)), **one)), Forecast
+    )
 
 
 def test_the_optimizer_jump_at_the_first_steps_is_not_taken_for_growth() -> None:

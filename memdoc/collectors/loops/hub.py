@@ -131,16 +131,25 @@ device_reader: Callable[[], dict[str, int]] | None = None
 
 
 def enter(
-    phase: str, source: str, *, grad_enabled: bool | None, planned_steps: int | None = None
+    phase: str,
+    source: str,
+    *,
+    grad_enabled: bool | None,
+    planned_steps: int | None = None,
+    epoch_steps: int | None = None,
 ) -> None:
     """A loop began `phase`; `grad_enabled` is False where the loop itself turns gradients
     off (every framework's evaluation does), None where memdoc cannot tell; `planned_steps`
     the steps the loop will run when it knows (Keras `fit`: epochs times batches), so that
-    a forecast past its end is no warning. The mark carries the process's own memory at
-    that instant, so that what a phase kept is measured exactly however short it was."""
+    a forecast past its end is no warning, and `epoch_steps` those of one epoch, so that
+    what fills once in the first epoch is told from a leak. The mark carries the process's
+    own memory at that instant, so that what a phase kept is measured exactly however
+    short it was."""
     with _lock:
         _phases.append(phase)
     plan = {"planned_steps": planned_steps} if planned_steps else {}
+    if planned_steps and epoch_steps:
+        plan["epoch_steps"] = epoch_steps
     mark(phase, phase=phase, source=source, grad_enabled=grad_enabled, **plan, **_memory())
 
 

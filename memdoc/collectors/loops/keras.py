@@ -42,8 +42,10 @@ def _patch(module: ModuleType) -> None:
 
 def _begin(phase: str, grad: bool | None) -> Any:
     def report(callbacks: Any = None, *args: Any, **kwargs: Any) -> None:
-        planned = planned_steps(callbacks) if phase == hub.TRAIN else None
-        hub.enter(phase, SOURCE, grad_enabled=grad, planned_steps=planned)
+        plan = fit_plan(callbacks) if phase == hub.TRAIN else None
+        epochs, per_epoch = plan or (None, None)
+        total = epochs * per_epoch if epochs and per_epoch else None
+        hub.enter(phase, SOURCE, grad_enabled=grad, planned_steps=total, epoch_steps=per_epoch)
         if phase == hub.TRAIN:
             model = getattr(callbacks, "model", None)
             weights = weight_bytes(model)
@@ -56,9 +58,9 @@ def _begin(phase: str, grad: bool | None) -> Any:
     return hub.after(report)
 
 
-def planned_steps(callbacks: Any) -> int | None:
-    """The steps this `fit` will record: its epochs times its batches per epoch, one step
-    per `steps_per_execution` batches (Keras sets `params` before training begins). None
+def fit_plan(callbacks: Any) -> tuple[int, int] | None:
+    """(the epochs this `fit` will run, the steps it will record in each): one step per
+    `steps_per_execution` batches (Keras sets `params` before training begins). None
     where the data's length is unknown (a generator, a dataset that repeats)."""
     params = getattr(callbacks, "params", None)
     if not isinstance(params, dict):
@@ -68,7 +70,7 @@ def planned_steps(callbacks: Any) -> int | None:
         return None
     per_call = getattr(getattr(callbacks, "model", None), "steps_per_execution", 1)
     per_call = per_call if isinstance(per_call, int) and per_call > 0 else 1
-    return epochs * -(-batches // per_call)
+    return epochs, -(-batches // per_call)
 
 
 # Bytes per element of the dtypes Keras variables are made of, by name.
