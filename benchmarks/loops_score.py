@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -198,6 +199,7 @@ def score(program: Program, folder: Path, timeout_s: float) -> Result:
         result.problem = result.problem or "no trace written"
         return result
     done, out = run_bounded([*memdoc, "diagnose", "--json", str(trace)], folder, timeout_s)
+    (folder / f"{program.name}.json").write_text(out, encoding="utf-8")
     try:
         answer = json.loads(out)
     except json.JSONDecodeError:
@@ -265,6 +267,17 @@ def totals(results: Sequence[Result]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def keep(folder: Path, name: str, into: Path) -> None:
+    """Copy a program's trace (or a cluster's folder of traces) and its diagnosis."""
+    into.mkdir(parents=True, exist_ok=True)
+    for found in folder.glob(f"{name}.*"):
+        target = into / found.name
+        if found.is_dir():
+            shutil.copytree(found, target, dirs_exist_ok=True)
+        else:
+            shutil.copy2(found, target)
+
+
 def memdoc_commit(folder: Path) -> str | None:
     """The commit of the memdoc being measured, when it is a git checkout."""
     _, out = run_bounded([sys.executable, "-c", MEMDOC_COMMIT], folder, 60)
@@ -284,6 +297,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per program")
     parser.add_argument(
         "--plain", action="store_true", help="run the programs without memdoc, to check them"
+    )
+    parser.add_argument(
+        "--keep",
+        metavar="DIR",
+        help="keep each program's trace and diagnosis (NAME.memdoc, NAME.json) in DIR, so "
+        "that an odd result can be read again",
     )
     args = parser.parse_args(argv)
     programs = [
@@ -314,6 +333,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             folder.mkdir()
             results.append(score(program, folder, args.timeout))
             print(row(results[-1]), flush=True)
+            if args.keep:
+                keep(folder, program.name, Path(args.keep))
     summary = totals(results)
     print()
     for split, figures in summary.items():
