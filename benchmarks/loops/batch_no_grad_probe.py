@@ -2,30 +2,32 @@
 batch until a forward pass runs out, under `torch.no_grad()`, and then train at the size it
 found.
 
-The model is a 1D convolutional net over 10-second, 12-lead recordings at 500 Hz (5000
+The model is a 1D convolutional net over 5-second, 12-lead recordings at 500 Hz (2500
 samples): eight blocks of a 32-filter convolution, batch normalisation and ReLU at full
 resolution, then pooling and a classifier over 5 rhythm classes. Each block's output is
-32 x 5000 floats, 625 KiB a recording. To save time the probe runs only the forward pass,
+32 x 2500 floats, 312 KiB a recording. To save time the probe runs only the forward pass,
 and under `torch.no_grad()` (it "does not need gradients"): then each block's input is
-freed as soon as its output exists, and a batch needs about 1.5 MiB a recording. It
-catches the out-of-memory error at 512 and keeps 256. But a training step keeps what
-backward will need, the convolution and normalisation outputs of all eight blocks, about
-10 MiB a recording, 2.5 GiB at 256, five times the memory there is, and the first
-training step at the size the probe chose runs out. (Probe with a whole training step,
-forward, backward and optimizer step, as accelerate's find_executable_batch_size would
-run it: it then settles on 32, which trains under the same cap.)
+freed as soon as its output exists, and a batch needs about 0.6 MiB a recording. It catches
+the out-of-memory error at 512 and keeps 256. But a training step keeps what backward will
+need from all eight blocks (each convolution's input, unfolded on the CPU, its output and
+the activations), about 6 MiB a recording, 1.5 GiB at 256, four times the memory there
+is, and the first training step at the size the probe chose runs out. (Probe with a whole
+training step, forward, backward and optimizer step, as accelerate's
+find_executable_batch_size would run it: it then settles on 32, which trains under the
+same cap.)
 """
 
 from __future__ import annotations
 
+import ctypes
 import resource
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-BUDGET_BYTES = 512 << 20  # as on a machine with 512 MiB to spare
-LEADS, SAMPLES, RHYTHMS, BLOCKS, WIDTH, STEPS = 12, 5000, 5, 8, 32, 100
+BUDGET_BYTES = 384 << 20  # as on a machine with 384 MiB to spare
+LEADS, SAMPLES, RHYTHMS, BLOCKS, WIDTH, STEPS = 12, 2500, 5, 8, 32, 100
 
 
 def cap_address_space(budget_bytes: int) -> None:
@@ -51,7 +53,7 @@ def make_model() -> nn.Module:
     layers: list[nn.Module] = []
     channels = LEADS
     for _ in range(BLOCKS):
-        layers += [nn.Conv1d(channels, WIDTH, 7, padding=3), nn.BatchNorm1d(WIDTH), nn.ReLU()]
+        layers += [nn.Conv1d(channels, WIDTH, 3, padding=1), nn.BatchNorm1d(WIDTH), nn.ReLU()]
         channels = WIDTH
     layers += [nn.AdaptiveAvgPool1d(1), nn.Flatten(), nn.Linear(WIDTH, RHYTHMS)]
     return nn.Sequential(*layers)
@@ -81,6 +83,10 @@ def largest_batch_that_fits(model: nn.Module, start: int = 32, limit: int = 4096
 
 
 def main() -> None:
+    # Allocations of 128 KiB and more get their own mappings, returned when freed, as a
+    # device's caching allocator keeps large blocks apart from small ones: otherwise each
+    # small tensor kept on glibc's heap can pin a megabyte of freed activations around it.
+    ctypes.CDLL("libc.so.6").mallopt(-3, 128 << 10)  # M_MMAP_THRESHOLD
     torch.manual_seed(0)
     torch.set_num_threads(2)
     torch.ones(1 << 20).sum()  # start the thread pool before the cap: its stacks count

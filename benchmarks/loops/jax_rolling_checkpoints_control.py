@@ -25,7 +25,7 @@ import numpy as np
 
 BUDGET_BYTES = 768 << 20  # as on a machine with 768 MiB to spare
 SIZES = (512, 2048, 2048, 256)
-BATCH, STEPS, EVERY, KEEP, MOMENTUM = 256, 360, 30, 6, 0.9
+BATCH, STEPS, EVERY, KEEP, MOMENTUM = 128, 360, 30, 6, 0.9
 
 
 def cap_address_space(budget_bytes: int) -> None:

@@ -7,14 +7,16 @@ floats, 48 KiB each) a task, in order. To keep from forgetting earlier tasks, ev
 training step mixes 64 images drawn from a replay buffer into the batch, and then offers
 the batch's own images to the buffer by reservoir sampling, which keeps a uniform sample
 of everything seen so far in at most 4096 images. Until the buffer is full every image is
-kept, a copy (`image.clone()`) of 48 KiB: memory rises by 3 MiB a step for the first 64
-steps, as a leak would, to 192 MiB of buffer; from then on each kept image replaces one,
+kept, a copy (`image.clone()`) of 48 KiB: memory rises step after step, by 3 MiB of
+buffer a step and more with the allocator's overheads, for the first 64 steps, as a leak
+would, to 192 MiB of buffer; from then on each kept image replaces one,
 the buffer stays at 4096, and memory stays flat for the remaining 176 steps. It all fits
 with room to spare and the fit finishes.
 """
 
 from __future__ import annotations
 
+import ctypes
 import random
 import resource
 import tempfile
@@ -116,6 +118,10 @@ class RehearsalClassifier(pl.LightningModule):
 
 
 def main() -> None:
+    # Allocations of 128 KiB and more get their own mappings, returned when freed, as a
+    # device's caching allocator keeps large blocks apart from small ones: otherwise the
+    # kept images, scattered over glibc's heap, pin the freed batches around them.
+    ctypes.CDLL("libc.so.6").mallopt(-3, 128 << 10)  # M_MMAP_THRESHOLD
     pl.seed_everything(0)
     torch.ones(1 << 20).sum()  # start the thread pool before the cap: its stacks count
     # oneDNN reports a failed allocation as "could not create a primitive"; the plain kernels
