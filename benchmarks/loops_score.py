@@ -290,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--split",
         choices=(*SPLITS, "all"),
         default="all",
-        help="all: dev and held (fresh, fresh2, fresh3 and fresh4 run only when named)",
+        help="all: dev and held (the fresh sets run only when named)",
     )
     parser.add_argument("--only", action="append", metavar="NAME", help="one program (repeatable)")
     parser.add_argument("--json", metavar="OUT", help="write every result and the totals here")
