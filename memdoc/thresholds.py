@@ -25,3 +25,12 @@ def little_free(free: float, total: float) -> bool:
     """True when `free` is at most NEARLY_FULL_FREE_SHARE of `total` (total > 0): the same
     boundary as `nearly_full`, read from the free side."""
     return total > 0 and free <= NEARLY_FULL_FREE_SHARE * total
+
+
+# A model's weights and the gradients they take fill what a program held when its first
+# step ran out at this share or more: a smaller batch leaves them where they are, so the
+# model, not the step's working set, is what does not fit. Below it, a batch's activations
+# can be the larger part (a BERT-base fine-tune whose first backward ran out held 836 MiB
+# of weights and gradients in about 900 MiB; DGCNN and M5 nets that ran out at their batch
+# held under 1%).
+MODEL_FILLS_SHARE = 0.6

@@ -186,11 +186,14 @@ class TorchCollector:
             # Imported here, at the error: with it imported beside the collector, a spawned
             # rank that exits on its error lost the error's recording in a fresh install
             # (found by the test of one; not understood further).
-            from memdoc.collectors.torch_frames import module_in_hand
+            from memdoc.collectors.torch_frames import model_in_hand, module_in_hand
 
             module = module_in_hand(exc, self._torch)
             if module is not None:
                 found["module_in_hand"] = module
+            model = model_in_hand(exc, self._torch)
+            if model is not None:
+                found["model_in_hand"] = model
         return {**found, **(self._allocator_context(exc) or {})} or None
 
     def _allocator_context(self, exc: BaseException) -> Mapping[str, Any] | None:

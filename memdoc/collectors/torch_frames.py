@@ -5,7 +5,9 @@ modules that were running (`self` of each `forward`) and the tensors they held. 
 the text of the error cannot give are read there: whether that module was in training or in
 evaluation mode, and whether autograd was recording (a tensor in those frames has a
 `grad_fn`). A model in evaluation mode that records a graph is running inference without
-`torch.no_grad()`. Only attributes are read; nothing is changed or kept.
+`torch.no_grad()`. The model in hand is read there too, for a failure outside any module's
+forward (a backward pass): the largest module the frames hold, and its parameters' bytes.
+Only attributes are read; nothing is changed or kept.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Any
 FORWARD_CALLS = frozenset({"forward", "_call_impl", "_wrapped_call_impl"})
 # The most frames of a traceback looked at (an OOM's traceback is a few dozen).
 MAX_FRAMES = 300
+# The most parameters counted of one module (a large model has a few thousand tensors).
+MAX_PARAMETERS = 100_000
 
 
 def module_in_hand(exc: BaseException, torch: Any) -> dict[str, Any] | None:
@@ -73,3 +77,41 @@ def _recording(frames: list[FrameType], tensor_type: type) -> bool:
             except Exception:  # a tensor subclass may refuse the question
                 continue
     return False
+
+
+def model_in_hand(exc: BaseException, torch: Any) -> dict[str, Any] | None:
+    """The largest module (by parameter bytes) that a frame of the traceback holds in its
+    locals: the model a loop was training or running (`model` in a training step, `self` in
+    a forward). Its class, its parameters' bytes, those that take gradients, and the device
+    type of the most of them; None when no frame holds a module with parameters."""
+    best: dict[str, Any] | None = None
+    seen: set[int] = set()
+    for frame in _frames(exc):
+        for value in frame.f_locals.values():
+            if not isinstance(value, torch.nn.Module) or id(value) in seen:
+                continue
+            seen.add(id(value))
+            counted = _parameter_bytes(value)
+            if counted is None or (best and counted["param_bytes"] <= best["param_bytes"]):
+                continue
+            best = {"module": type(value).__qualname__, **counted}
+    return best
+
+
+def _parameter_bytes(module: Any) -> dict[str, Any] | None:
+    total = trainable = 0
+    by_device: dict[str, int] = {}
+    try:
+        for index, param in enumerate(module.parameters()):
+            if index >= MAX_PARAMETERS:
+                break
+            nbytes = int(param.numel()) * int(param.element_size())
+            total += nbytes
+            trainable += nbytes if param.requires_grad else 0
+            by_device[param.device.type] = by_device.get(param.device.type, 0) + nbytes
+    except Exception:  # a module may refuse the question
+        return None
+    if not total:
+        return None
+    device = max(by_device, key=lambda k: by_device[k])
+    return {"param_bytes": total, "trainable_bytes": trainable, "device_type": device}

@@ -202,5 +202,42 @@ class Facts:
         """What the program's data took when it failed (see `memdoc.rules.host.data_held`)."""
         return _host.data_held(self.trace, self.failure) if self.failure is not None else None
 
+    def model_weights(self, fail: Failure) -> ModelWeights | None:
+        """The model in hand's weights and the gradients they take, against what the
+        program held when it failed (PyTorch, read from the error's traceback)."""
+        return self._once(("model_weights", id(fail)), lambda: _model_weights(self, fail))
+
     def counted_against_limit(self, fail: Failure) -> Counted | None:
         return _host.counted_against_limit(self.trace, fail)
+
+
+@dataclass(frozen=True)
+class ModelWeights:
+    """The model the failing code held: its parameters, those of them that take gradients
+    (a gradient of each, once backward runs), and what the program held at the error."""
+
+    name: str
+    param_bytes: float
+    trainable_bytes: float
+    held: Held
+
+    @property
+    def with_gradients(self) -> float:
+        return self.param_bytes + self.trainable_bytes
+
+    @property
+    def share(self) -> float:
+        """Weights and gradients over what was held (above 1 while the gradients were still
+        being made)."""
+        return self.with_gradients / self.held.held_bytes
+
+
+def _model_weights(facts: Facts, fail: Failure) -> ModelWeights | None:
+    params, trainable = fail.model.get("param_bytes"), fail.model.get("trainable_bytes")
+    if not isinstance(params, int) or not isinstance(trainable, int) or params <= 0:
+        return None
+    held = _host.data_held(facts.trace, fail)
+    if held is None:
+        return None
+    name = str(fail.model.get("module") or "the model")
+    return ModelWeights(name, float(params), float(max(trainable, 0)), held)

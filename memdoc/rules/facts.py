@@ -57,6 +57,9 @@ class Failure:
     # PyTorch: the module whose forward the error came out of, read from its traceback:
     # `module` (its class), `training`, and for one in evaluation mode `recording_graph`.
     module: Mapping[str, Any] = field(default_factory=dict)
+    # PyTorch: the largest module the traceback's frames held (the model in hand): `module`,
+    # `param_bytes`, `trainable_bytes` (those that take gradients), `device_type`.
+    model: Mapping[str, Any] = field(default_factory=dict)
 
     # What the recogniser reads in the words of the error, the log around it and its code,
     # read once for the failure.
@@ -155,6 +158,7 @@ def failure(trace: Trace) -> Failure | None:
         jitted_call=_text_or_none(event.data.get("jitted_call")),
         compiled=_byte_counts(event.data.get("compiled_memory")),
         module=_mapping(event.data.get("module_in_hand")),
+        model=_mapping(event.data.get("model_in_hand")),
     )
 
 

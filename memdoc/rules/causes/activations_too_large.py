@@ -36,7 +36,7 @@ from memdoc.rules.spec import (
     snippet,
 )
 from memdoc.rules.trend import fit_trend
-from memdoc.thresholds import nearly_full
+from memdoc.thresholds import MODEL_FILLS_SHARE, nearly_full
 from memdoc.trace.model import OomInfo
 from memdoc.trace.phases import BatchSearch
 from memdoc.units import format_bytes
@@ -250,9 +250,19 @@ job fails in the first steps, or on the first unusually long or large input.
             summary += ": with autograd off, what one layer makes at this batch does not fit."
         else:
             summary += ": what the step keeps for backward does not fit."
+        signals = Signals.of(LIKELY, first_step=first, sizeable_request=sizeable)
+        weights = facts.model_weights(fail)
+        if weights is not None and weights.share >= MODEL_FILLS_SHARE:
+            # The model and its gradients were most of it: a smaller batch saves little.
+            summary += (
+                f" But {weights.name}'s weights and gradients came to "
+                f"{format_bytes(weights.with_gradients)}, {weights.share:.0%} of what the "
+                "program held."
+            )
+            signals = signals.at_most(POSSIBLE)
         return self.finding(
             facts,
-            Signals.of(LIKELY, first_step=first, sizeable_request=sizeable),
+            signals,
             summary,
             evidence,
             to_confirm="halve the batch: the failing request (and the peak) should halve too",

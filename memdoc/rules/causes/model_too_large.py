@@ -22,7 +22,7 @@ from memdoc.rules.spec import (
     share_evidence,
     snippet,
 )
-from memdoc.thresholds import little_free
+from memdoc.thresholds import MODEL_FILLS_SHARE, little_free
 from memdoc.trace.model import EventKind
 from memdoc.units import format_bytes
 
@@ -30,6 +30,21 @@ WEIGHTS_FILL = 0.8
 # The device nearly full while the framework held under SMALL_SHARE of it: the weights being
 # placed did not fill it.
 SMALL_SHARE = 0.25
+
+
+FREEZE_FIX = Fix(
+    "pytorch",
+    "Fine-tune the last layers only (or adapters): frozen weights take no gradients",
+    snippet(
+        """
+    for param in model.parameters():
+        param.requires_grad_(False)
+    for param in model.classifier.parameters():  # the head; or LoRA adapters (peft)
+        param.requires_grad_(True)
+    optimizer = torch.optim.AdamW(p for p in model.parameters() if p.requires_grad)
+    """
+    ),
+)
 
 
 class ModelTooLarge(RuleSpec):
@@ -70,6 +85,7 @@ it on one device.
             """
             ),
         ),
+        FREEZE_FIX,
         Fix(
             "pytorch",
             "Quantize the weights",
@@ -126,6 +142,8 @@ it on one device.
         fail = facts.failure
         if not facts.is_text_only:
             found = self._from_model_state(facts, fail)
+            if found is None and fail is not None:
+                found = self._from_model_in_hand(facts, fail)
             if found is not None:
                 return found
         if fail is not None and kv_cache_short(fail):
@@ -178,6 +196,54 @@ it on one device.
             )
             return self.finding(facts, signals, summary, evidence, frameworks=facts.frameworks())
         return None
+
+    def _from_model_in_hand(self, facts: Facts, fail: Failure) -> Finding | None:
+        """The first step ran out with the model's weights and gradients most of what the
+        program held: no batch is small enough."""
+        weights = facts.model_weights(fail)
+        if weights is None or weights.share < MODEL_FILLS_SHARE:
+            return None
+        if any(t <= fail.t for t in facts.trace.steps().times()):
+            return None  # a step trained with these weights: what changed since is the cause
+        grads = weights.trainable_bytes
+        held = format_bytes(weights.held.held_bytes)
+        summary = (
+            f"{weights.name}'s weights ({format_bytes(weights.param_bytes)}) and the gradients "
+            f"they take ({format_bytes(grads)}) come to "
+        )
+        if weights.share >= 1:
+            summary += (
+                f"{format_bytes(weights.with_gradients)}, more than the {held} the program "
+                "held when its first step ran out making them"
+            )
+        else:
+            summary += (
+                f"{weights.share:.0%} of the {held} the program held when its first step ran out"
+            )
+        summary += ": a smaller batch leaves them where they are."
+        evidence: list[Evidence] = [
+            Evidence(f"model in hand: {weights.name}"),
+            bytes_evidence("parameters", weights.param_bytes),
+            bytes_evidence("gradients they take", grads),
+            bytes_evidence(weights.held.label, weights.held.held_bytes),
+            share_evidence("parameters and gradients / held", weights.share),
+        ]
+        signals = Signals.of(
+            LIKELY,
+            failed_before_steps=True,
+            in_training_pass=fail.stack_cues.phase is not None,
+            weights_fill_what_was_held=weights.share >= 0.9,
+        )
+        return self.finding(
+            facts,
+            signals,
+            summary,
+            evidence,
+            to_confirm="train only the last layers (requires_grad_(False) on the rest): "
+            "the gradients go, and the first step should fit",
+            frameworks=facts.frameworks(fail.oom),
+            fixes=(FREEZE_FIX, *(fix for fix in self.fixes if fix is not FREEZE_FIX)),
+        )
 
     def _while_placing(self, facts: Facts, fail: Failure) -> Finding | None:
         """The error came from moving, loading or building the model's parameters."""
