@@ -179,7 +179,11 @@ class JaxCollector:
         if stats:
             context["stats"] = stats
         context["live_arrays"] = live_array_summary()
-        from memdoc.collectors.loops.jax import compiled_memory, jitted_call
+        from memdoc.collectors.loops.jax import (
+            compiled_memory,
+            jitted_call,
+            optimizer_state_bytes,
+        )
 
         called = jitted_call(exc)
         if called is not None:  # "": no jitted function of the program was on the way
@@ -187,6 +191,9 @@ class JaxCollector:
         planned = compiled_memory(exc) if called else None
         if planned is not None:
             context["compiled_memory"] = planned
+        state = optimizer_state_bytes(exc) if called else None
+        if state is not None:
+            context["optimizer_state_bytes"] = state
         profile = self._save_memory_profile()
         if profile is not None:
             context["memory_profile"] = profile

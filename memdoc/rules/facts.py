@@ -60,6 +60,8 @@ class Failure:
     # PyTorch: the largest module the traceback's frames held (the model in hand): `module`,
     # `param_bytes`, `trainable_bytes` (those that take gradients), `device_type`.
     model: Mapping[str, Any] = field(default_factory=dict)
+    # JAX: the bytes of the optimizer's state among the failing jitted call's arguments.
+    optimizer_state_bytes: int | None = None
 
     # What the recogniser reads in the words of the error, the log around it and its code,
     # read once for the failure.
@@ -159,6 +161,9 @@ def failure(trace: Trace) -> Failure | None:
         compiled=_byte_counts(event.data.get("compiled_memory")),
         module=_mapping(event.data.get("module_in_hand")),
         model=_mapping(event.data.get("model_in_hand")),
+        optimizer_state_bytes=_byte_counts({"state": event.data.get("optimizer_state_bytes")}).get(
+            "state"
+        ),
     )
 
 
@@ -176,6 +181,11 @@ def _byte_counts(value: object) -> dict[str, int]:
         for k, v in value.items()
         if isinstance(v, int) and not isinstance(v, bool) and v >= 0
     }
+
+
+def _byte_count(value: object) -> int | None:
+    """A non-negative whole number read from a trace; None for anything else."""
+    return _byte_counts({"value": value}).get("value")
 
 
 def _text_or_none(value: object) -> str | None:

@@ -158,3 +158,35 @@ def test_jax_is_named_a_framework_of_the_run_only_once_a_backend_starts(
 
     assert run.process.returncode == 0, run.process.stderr
     assert ("jax" in run.trace().frameworks()) is runs_jax
+
+
+def test_the_optimizer_state_among_a_jitted_calls_arguments_is_counted_by_its_kind() -> None:
+    import collections
+
+    import jax
+    import numpy as np
+    from jax.example_libraries import optimizers
+
+    from memdoc.collectors.loops.jax import _state_bytes
+
+    leaves = jax.tree_util.tree_leaves
+    table = np.zeros((256, 64), np.float32)  # 64 KiB
+    # jax.example_libraries: one packed (parameter, *moments) per leaf; parameters left out
+    init, _, _ = optimizers.adam(1e-3)
+    assert _state_bytes((init({"a": table, "b": table}),), leaves, 0) == 4 * table.nbytes
+    # Optax: every array of its states (a stand-in class with Optax's module name)
+    adam = collections.namedtuple("ScaleByAdamState", ["count", "mu", "nu"])
+    adam.__module__ = "optax._src.transform"
+    state = (adam(np.zeros((), np.int32), {"w": table}, {"w": table}), ())
+    assert _state_bytes(({"w": table}, state, {"batch": table}), leaves, 0) == 2 * table.nbytes + 4
+    # A Flax TrainState-like dataclass: its `opt_state`, not its parameters
+    import dataclasses
+
+    @dataclasses.dataclass
+    class TrainState:
+        params: dict[str, np.ndarray]
+        opt_state: tuple[np.ndarray, ...]
+
+    assert _state_bytes((TrainState({"w": table}, (table,)),), leaves, 0) == table.nbytes
+    # No optimizer state: parameters and a batch alone
+    assert _state_bytes(({"w": table}, table), leaves, 0) == 0

@@ -144,6 +144,60 @@ def compiled_memory(exc: BaseException) -> dict[str, int] | None:
         return None  # an older JAX, a backend without the analysis, or no longer compilable
 
 
+def optimizer_state_bytes(exc: BaseException) -> int | None:
+    """The bytes of the optimizer's state among the arguments of the jitted call that raised
+    `exc`: an Optax state (Adam's `mu` and `nu`...), the moments of a
+    `jax.example_libraries.optimizers` state (its parameters left out), a Flax `TrainState`'s
+    `opt_state`. Read from the arrays' shapes (a donated argument's buffer may be gone).
+    None where no jitted call of the program raised it or no optimizer state was passed."""
+    frame = _innermost_call(exc)
+    tree_leaves = getattr(getattr(sys.modules.get("jax"), "tree_util", None), "tree_leaves", None)
+    if frame is None or tree_leaves is None:
+        return None
+    try:
+        arguments = (frame.f_locals.get("args", ()), frame.f_locals.get("kwargs", {}))
+        found = _state_bytes(arguments, tree_leaves, 0)
+    except Exception:
+        return None
+    return found or None
+
+
+def _state_bytes(value: Any, tree_leaves: Callable[[Any], list[Any]], depth: int) -> int:
+    """The optimizer-state bytes under `value`, walking plain containers to a bounded depth."""
+    kind = type(value)
+    module = getattr(kind, "__module__", "") or ""
+    if kind.__name__ == "OptimizerState" and module.startswith("jax.example_libraries"):
+        # One packed (parameter, *state) tuple per parameter leaf.
+        return sum(
+            _leaf_bytes(part, tree_leaves) for packed in value.packed_state for part in packed[1:]
+        )
+    if module.split(".")[0] == "optax":
+        return _leaf_bytes(value, tree_leaves)
+    if "opt_state" in (getattr(kind, "__dataclass_fields__", None) or {}):
+        return _leaf_bytes(value.opt_state, tree_leaves)
+    if depth >= _MAX_DEPTH:
+        return 0
+    if isinstance(value, (tuple, list)):
+        children: Any = value
+    elif isinstance(value, dict):
+        children = value.values()
+    else:
+        return 0
+    return sum(_state_bytes(child, tree_leaves, depth + 1) for child in children)
+
+
+def _leaf_bytes(value: Any, tree_leaves: Callable[[Any], list[Any]]) -> int:
+    total = 0
+    for leaf in tree_leaves(value):
+        nbytes = getattr(leaf, "nbytes", None)
+        if isinstance(nbytes, int) and hasattr(leaf, "shape"):
+            total += nbytes
+    return total
+
+
+_MAX_DEPTH = 8  # containers walked into, looking for an optimizer's state
+
+
 def _innermost_call(exc: BaseException) -> Any:
     """The frame of the innermost call of a watched jitted function on `exc`'s way out."""
     called = Watched.__call__.__code__

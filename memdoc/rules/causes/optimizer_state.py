@@ -147,6 +147,8 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
             return None
         if not facts.is_text_only:
             found = self._recorded(facts, fail)
+            if found is None and fail is not None:
+                found = self._handed_to_a_jitted_step(facts, fail)
             if found is not None:
                 return found
         if fail is None or fail.stack_cues.optimizer_closure:
@@ -217,6 +219,50 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
             )
         else:
             return None
+        return self.finding(facts, signals, summary, evidence, frameworks=facts.frameworks())
+
+    def _handed_to_a_jitted_step(self, facts: Facts, fail: Failure) -> Finding | None:
+        """JAX: the first call of a jitted step, handed the optimizer's state with its
+        arguments, ran out; the state is the cause when, without it, the request would have
+        fit."""
+        state = fail.optimizer_state_bytes
+        if not state or not fail.jitted_call:
+            return None
+        if any(t <= fail.t for t in facts.trace.steps().times()):
+            return None  # a step ran with this state: what changed since is the cause
+        short = facts.shortfall_at_failure(fail)
+        requested = fail.oom.requested_bytes
+        if short is not None and state < short:
+            return None  # freeing all of it would not have made room: not the cause
+        if short is None and not (requested and requested <= state):
+            return None  # the request was larger than the state, or unknown
+        summary = (
+            f"The jitted `{fail.jitted_call}` was handed the optimizer's state, "
+            f"{format_bytes(state)}, with its arguments, and its first call ran out"
+            + (f" asking for {format_bytes(requested)}" if requested else "")
+            + "."
+        )
+        evidence = [
+            Evidence(f"jitted call: {fail.jitted_call}"),
+            bytes_evidence("optimizer state among its arguments", state),
+        ]
+        arguments = fail.compiled.get("argument")
+        if arguments:
+            evidence.append(bytes_evidence("all its arguments", arguments))
+            evidence.append(share_evidence("optimizer state / arguments", state / arguments))
+        if short is not None:
+            summary += (
+                f" It was {format_bytes(short)} short: without the state the request would "
+                "have fit."
+            )
+            evidence.append(bytes_evidence("short of the request", short))
+        else:
+            summary += " The state alone was larger than the request."
+        signals = Signals.of(
+            LIKELY,
+            room_without_the_state=short is not None,
+            failed_before_steps=True,
+        )
         return self.finding(facts, signals, summary, evidence, frameworks=facts.frameworks())
 
     def _made_before_the_step(
