@@ -584,10 +584,16 @@ def steady_growth(
         return None
     if grows_steadily(fitted[0], curve):
         return (*fitted, 0)
-    if fail is None:
-        return None
+    if fail is None or trained_after(curve, fail):
+        return None  # no failure ended the steps that filled the memory
     filling = filling_trend(trace, curve, held_share=HELD_SHARE)
     return filling if filling is not None and grows_steadily(filling[0], curve) else None
+
+
+def trained_after(curve: Curve, fail: Failure) -> bool:
+    """A step of the curve began after the failure: the program caught it and went on (a
+    batch-size finder's try), so the failure ended nothing that these steps did."""
+    return any(step.t_start >= fail.t for step in curve.steps)
 
 
 def grows_steadily(trend: Trend, curve: Curve) -> bool:

@@ -17,6 +17,7 @@ from memdoc.rules.facts import (
     growth_words,
     innermost_frames,
     specific_library,
+    trained_after,
 )
 from memdoc.rules.spec import (
     RuleSpec,
@@ -279,7 +280,7 @@ the last error was raised while earlier ones were still being handled).
         sustained = trend.monotonic_fraction >= 0.9 and span >= 20
         signals = Signals.of(
             STRONG if sustained else LIKELY,
-            ended_in_failure=fail is not None,
+            ended_in_failure=fail is not None and not trained_after(curve, fail),
             grew_by_half=relative >= 0.5,
         )
         subject = curve.label[:1].upper() + curve.label[1:] if flat_ranks else f"The {curve.label}"
