@@ -31,6 +31,14 @@ BACKWARD: Places = (
         r"backward|_engine_run_backward|run_backward",
     ),
 )
+# A PyTorch loss function called by the program's own step (`F.cross_entropy(...)`): the
+# end of a step's forward pass, outside any module.
+LOSS: Places = (
+    (
+        r"torch[/\\]nn[/\\]functional\.py",
+        r".*(loss|entropy|kl_div|nll|margin|ctc).*",
+    ),
+)
 # PyTorch's data loading.
 DATA_LOADING: Places = ((r"torch[/\\]utils[/\\]data[/\\]", ""),)
 # Moving or loading a module onto a device: torch's Module.to/cuda/_apply, Hugging Face's
@@ -163,6 +171,7 @@ class StackCues:
     """What the frames of a failing stack say the program was doing (outermost first)."""
 
     phase: str | None = None  # "backward" or "forward": inside that pass of a step
+    computing_loss: bool = False  # a PyTorch loss function, outside any module
     data_loading: bool = False  # PyTorch's data loading
     loading: bool = False  # a function that loads (`load`, `from_pretrained`)
     moving_weights: bool = False  # moving or loading a module onto a device
@@ -192,6 +201,7 @@ def stack_cues(stack: Sequence[str]) -> StackCues:
     files = [frame_parts(frame)[0] for frame in stack]
     return StackCues(
         phase=_phase(stack),
+        computing_loss=_runs_in(stack, LOSS),
         data_loading=_runs_in(stack, DATA_LOADING),
         loading=_any_named(functions, LOADING_WORDS),
         moving_weights=_runs_in(stack, MOVING_WEIGHTS),

@@ -50,6 +50,15 @@ def test_the_pass_of_a_step_backward_before_forward() -> None:
     assert cues("train.py:30:main", f"{TORCH}/nn/functional.py:4315:mse_loss").phase is None
 
 
+def test_a_loss_function_the_step_calls_is_computing_the_loss() -> None:
+    assert cues("train.py:70:main", f"{TORCH}/nn/functional.py:3555:cross_entropy").computing_loss
+    assert cues("t.py:9:step", f"{TORCH}/nn/functional.py:3300:kl_div").computing_loss
+    assert cues("t.py:9:step", f"{TORCH}/nn/functional.py:4315:mse_loss").computing_loss
+    # Near misses: another function of the same file, a loss of the program's own
+    assert not cues("t.py:9:step", f"{TORCH}/nn/functional.py:2140:softmax").computing_loss
+    assert not cues("t.py:9:step", "losses.py:12:contrastive_loss").computing_loss
+
+
 def test_an_optimizer_making_its_state_and_a_closure_it_called() -> None:
     made = cues(*ADAM_INIT)
     assert made.optimizer and made.making_optimizer_state and not made.optimizer_closure

@@ -223,24 +223,26 @@ job fails in the first steps, or on the first unusually long or large input.
         """Failed in a forward or backward pass before steps could be compared: the step's
         working set is the first suspect, the more so in the very first step."""
         phase = fail.stack_cues.phase
-        if phase is None:
-            return None
-        first = not any(t <= fail.t for t in facts.trace.steps().times())
         requested = fail.oom.requested_bytes
         resident = facts.resident_at_failure(fail)
+        sizeable = bool(requested and resident and requested >= SIZEABLE_REQUEST * resident)
+        # A loss function the step calls ends its forward pass; one large request there is a
+        # single allocation's question, not the step's working set.
+        in_loss = phase is None and fail.stack_cues.computing_loss and bool(resident)
+        if phase is None and not (in_loss and not sizeable):
+            return None
+        where = f"in the {phase} pass" if phase else "computing the loss"
+        first = not any(t <= fail.t for t in facts.trace.steps().times())
         limits = facts.host_limits(fail.pid, fail.host)
-        evidence: list[Evidence] = [
-            Evidence(f"failed in the {phase} pass: {innermost_frames(fail)}")
-        ]
+        evidence: list[Evidence] = [Evidence(f"failed {where}: {innermost_frames(fail)}")]
         if requested:
             evidence.append(bytes_evidence("requested", requested))
         if resident:
             evidence.append(bytes_evidence("resident memory of the process", resident))
         if limits:
             evidence.append(bytes_evidence(limits[0].label, limits[0].limit_bytes))
-        sizeable = bool(requested and resident and requested >= SIZEABLE_REQUEST * resident)
         when = "the first step" if first else "a step"
-        summary = f"The job failed in the {phase} pass of {when}"
+        summary = f"The job failed {where} of {when}"
         if requested:
             summary += f", asking for {format_bytes(requested)} more"
         if limits:
