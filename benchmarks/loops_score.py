@@ -169,6 +169,29 @@ print(done.stdout.strip())
 """
 
 
+EXIT_STATUS = """
+import json, sys
+from pathlib import Path
+from memdoc.trace import load_trace
+trace = Path(sys.argv[1])
+codes = []
+for path in sorted(trace.glob("*.memdoc")) if trace.is_dir() else [trace]:
+    codes += [e.data.get("code") for e in load_trace(path).events("process_exit")]
+codes = [int(c) for c in codes if str(c).lstrip("-").isdigit()]
+print(json.dumps(codes[-1] if codes else None))
+"""
+
+
+def exit_status(trace: Path, folder: Path) -> int | None:
+    """The exit status of the run a kept trace recorded (memdoc's own, the last it wrote)."""
+    _, out = run_bounded([sys.executable, "-c", EXIT_STATUS, str(trace)], folder, TIMEOUT_S)
+    try:
+        status = json.loads(out)
+    except (json.JSONDecodeError, ValueError):
+        return None
+    return status if isinstance(status, int) else None
+
+
 def trace_counts(trace: Path, folder: Path) -> tuple[int | None, bool | None]:
     """(OOM events recorded, whether an OOM forecast was made) read from the trace(s);
     (None, None) when the reader has changed shape: nothing is guessed."""
@@ -180,16 +203,22 @@ def trace_counts(trace: Path, folder: Path) -> tuple[int | None, bool | None]:
     return int(ooms), bool(forecast)
 
 
-def score(program: Program, folder: Path, timeout_s: float) -> Result:
+def score(program: Program, folder: Path, timeout_s: float, kept: Path | None = None) -> Result:
+    """Run `program` under memdoc and score the diagnosis; with `kept`, the trace a run with
+    `--keep` left there is diagnosed again instead (the program does not run)."""
     result = Result(program.name, program.split, program.loop, program.cause)
     trace = folder / f"{program.name}.memdoc"
     memdoc = [sys.executable, "-m", "memdoc"]
     started = time.monotonic()
-    status, _ = run_bounded(
-        [*memdoc, "run", "-q", "--force", "-o", str(trace), "--", *command_line(program)],
-        folder,
-        timeout_s,
-    )
+    if kept is not None:
+        trace = kept / f"{program.name}.memdoc"
+        status = exit_status(trace, folder) if trace.exists() else None
+    else:
+        status, _ = run_bounded(
+            [*memdoc, "run", "-q", "--force", "-o", str(trace), "--", *command_line(program)],
+            folder,
+            timeout_s,
+        )
     result.duration_s = round(time.monotonic() - started, 1)
     result.exit_status = status
     result.as_designed = status is not None and (status == 0) == (program.ends == "finishes")
@@ -299,6 +328,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--plain", action="store_true", help="run the programs without memdoc, to check them"
     )
     parser.add_argument(
+        "--again",
+        metavar="DIR",
+        help="run nothing: diagnose again the traces a run with --keep DIR left, with the "
+        "memdoc measured now",
+    )
+    parser.add_argument(
         "--keep",
         metavar="DIR",
         help="keep each program's trace and diagnosis (NAME.memdoc, NAME.json) in DIR, so "
@@ -331,7 +366,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for program in programs:
             folder = Path(tmp) / program.name
             folder.mkdir()
-            results.append(score(program, folder, args.timeout))
+            again = Path(args.again) if args.again else None
+            results.append(score(program, folder, args.timeout, kept=again))
             print(row(results[-1]), flush=True)
             if args.keep:
                 keep(folder, program.name, Path(args.keep))
