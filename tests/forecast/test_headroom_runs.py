@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import run_memdoc
 from tests.forecast.runs import PROGRAMS, STEADY_MALLOC_ENV, memdoc_run
 
-STEPS = "10"  # what the "training" runs: more steps than the probes
+STEPS = "6"  # what the "training" runs: more steps than the probes (4)
 RLIMIT_AS = "address-space cap (RLIMIT_AS)"
 BFC_LIMIT = "TensorFlow host allocator limit"
 
