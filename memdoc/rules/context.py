@@ -79,6 +79,15 @@ class Facts:
         """Every loop phase (training, evaluation, prediction), in time order per process."""
         return phases(self.trace)
 
+    @cached_property
+    def first_step_t(self) -> float | None:
+        """When the first recorded step ended (its boundary); None without steps."""
+        return min(self.trace.steps().times(), default=None)
+
+    def stepped_before(self, t: float) -> bool:
+        """A step ended at `t` or before: the program had trained (run) at least once."""
+        return self.first_step_t is not None and self.first_step_t <= t
+
     def phase_at(self, t: float, pid: int | None = None) -> Phase | None:
         """The loop phase `pid` (any process when None) was in at `t`, if a loop said."""
         return phase_at(self.trace, t, pid, known=self.phases)  # read once, above

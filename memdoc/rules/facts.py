@@ -161,9 +161,7 @@ def failure(trace: Trace) -> Failure | None:
         compiled=_byte_counts(event.data.get("compiled_memory")),
         module=_mapping(event.data.get("module_in_hand")),
         model=_mapping(event.data.get("model_in_hand")),
-        optimizer_state_bytes=_byte_counts({"state": event.data.get("optimizer_state_bytes")}).get(
-            "state"
-        ),
+        optimizer_state_bytes=_byte_count(event.data.get("optimizer_state_bytes")),
     )
 
 

@@ -7,7 +7,7 @@ import dataclasses
 from memdoc.rules.base import Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, Signals
 from memdoc.rules.context import Facts
-from memdoc.rules.facts import GPU_FRAMEWORKS, Failure, series_named
+from memdoc.rules.facts import GPU_FRAMEWORKS, series_named
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
@@ -264,16 +264,11 @@ heaviest rank sets the limit for the whole job.
         )
         signals = Signals.of(LIKELY, top_rank_failed_first=failed == top_rank)
         fail = facts.failure
-        if failed == top_rank and fail is not None and _loading_weights(fail):
+        if failed == top_rank and fail is not None and fail.stack_cues.loading_checkpoint:
             # What only that rank loaded is the difference: the load is the cause to look at.
             summary += " It ran out loading a checkpoint, which the other ranks did not hold."
             signals = signals.at_most(POSSIBLE)
         return self.ranked(self.finding(facts, signals, summary, evidence), top_rank)
-
-
-def _loading_weights(fail: Failure) -> bool:
-    cues = fail.stack_cues
-    return cues.loading_checkpoint or cues.torch_load
 
 
 def _least_skew(facts: Facts) -> float:

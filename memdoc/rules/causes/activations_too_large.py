@@ -228,11 +228,11 @@ job fails in the first steps, or on the first unusually long or large input.
         sizeable = bool(requested and resident and requested >= SIZEABLE_REQUEST * resident)
         # A loss function the step calls ends its forward pass; one large request there is a
         # single allocation's question, not the step's working set.
-        in_loss = phase is None and fail.stack_cues.computing_loss and bool(resident)
-        if phase is None and not (in_loss and not sizeable):
+        in_loss = fail.stack_cues.computing_loss and bool(resident) and not sizeable
+        if phase is None and not in_loss:
             return None
         where = f"in the {phase} pass" if phase else "computing the loss"
-        first = not any(t <= fail.t for t in facts.trace.steps().times())
+        first = not facts.stepped_before(fail.t)
         limits = facts.host_limits(fail.pid, fail.host)
         evidence: list[Evidence] = [Evidence(f"failed {where}: {innermost_frames(fail)}")]
         if requested:

@@ -150,9 +150,7 @@ graph alive for as long as they are referenced, for example in a list of predict
             Evidence(f"module whose forward ran out: {name}, in evaluation mode"),
             Evidence("autograd recorded its graph: tensors in its frames have a grad_fn"),
         ]
-        first_step = not facts.is_text_only and not any(
-            t <= fail.t for t in facts.trace.steps().times()
-        )
+        first_step = not facts.is_text_only and not facts.stepped_before(fail.t)
         phase = None if facts.is_text_only else facts.phase_at(fail.t, fail.pid)
         signals = Signals.of(
             LIKELY,

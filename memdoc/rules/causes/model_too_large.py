@@ -203,7 +203,7 @@ it on one device.
         weights = facts.model_weights(fail)
         if weights is None or weights.share < MODEL_FILLS_SHARE:
             return None
-        if any(t <= fail.t for t in facts.trace.steps().times()):
+        if facts.stepped_before(fail.t):
             return None  # a step trained with these weights: what changed since is the cause
         grads = weights.trainable_bytes
         held = format_bytes(weights.held.held_bytes)
@@ -258,9 +258,7 @@ it on one device.
             return None
         if fail.stack_cues.torch_load and not moving:
             return None  # torch.load itself: checkpoint-load-spike
-        before_steps = not facts.is_text_only and not any(
-            t <= fail.t for t in facts.trace.steps().times()
-        )
+        before_steps = not facts.is_text_only and not facts.stepped_before(fail.t)
         evidence, full, held = _fill_evidence(facts, fail)
         if constructing and not moving:
             summary = (
@@ -323,8 +321,7 @@ def _initializing_outside_a_loop(facts: Facts, fail: Failure) -> bool:
     drawing = fills_random_values(fail.oom.op) or fail.stack_cues.drawing_random
     if facts.is_text_only or not drawing or fail.stack_cues.phase:
         return False
-    stepped = any(t <= fail.t for t in facts.trace.steps().times())
-    return not stepped and facts.phase_at(fail.t, fail.pid) is None
+    return not facts.stepped_before(fail.t) and facts.phase_at(fail.t, fail.pid) is None
 
 
 def _in_a_constructor(fail: Failure) -> bool:

@@ -157,7 +157,7 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
         if not in_optimizer:
             return None
         creating = fail.stack_cues.making_optimizer_state
-        first = not facts.is_text_only and not any(t <= fail.t for t in facts.trace.steps().times())
+        first = not facts.is_text_only and not facts.stepped_before(fail.t)
         if creating and first:
             summary = (
                 "The error happened while the optimizer created its state, in the first step: "
@@ -228,7 +228,7 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
         state = fail.optimizer_state_bytes
         if not state or not fail.jitted_call:
             return None
-        if any(t <= fail.t for t in facts.trace.steps().times()):
+        if facts.stepped_before(fail.t):
             return None  # a step ran with this state: what changed since is the cause
         short = facts.shortfall_at_failure(fail)
         requested = fail.oom.requested_bytes
