@@ -169,29 +169,6 @@ print(done.stdout.strip())
 """
 
 
-EXIT_STATUS = """
-import json, sys
-from pathlib import Path
-from memdoc.trace import load_trace
-trace = Path(sys.argv[1])
-codes = []
-for path in sorted(trace.glob("*.memdoc")) if trace.is_dir() else [trace]:
-    codes += [e.data.get("code") for e in load_trace(path).events("process_exit")]
-codes = [int(c) for c in codes if str(c).lstrip("-").isdigit()]
-print(json.dumps(codes[-1] if codes else None))
-"""
-
-
-def exit_status(trace: Path, folder: Path) -> int | None:
-    """The exit status of the run a kept trace recorded (memdoc's own, the last it wrote)."""
-    _, out = run_bounded([sys.executable, "-c", EXIT_STATUS, str(trace)], folder, TIMEOUT_S)
-    try:
-        status = json.loads(out)
-    except (json.JSONDecodeError, ValueError):
-        return None
-    return status if isinstance(status, int) else None
-
-
 def trace_counts(trace: Path, folder: Path) -> tuple[int | None, bool | None]:
     """(OOM events recorded, whether an OOM forecast was made) read from the trace(s);
     (None, None) when the reader has changed shape: nothing is guessed."""
@@ -205,25 +182,24 @@ def trace_counts(trace: Path, folder: Path) -> tuple[int | None, bool | None]:
 
 def score(program: Program, folder: Path, timeout_s: float, kept: Path | None = None) -> Result:
     """Run `program` under memdoc and score the diagnosis; with `kept`, the trace a run with
-    `--keep` left there is diagnosed again instead (the program does not run)."""
+    `--keep` left there is diagnosed again instead (the program does not run, and its exit
+    status is the one the diagnosis reads from the trace)."""
     result = Result(program.name, program.split, program.loop, program.cause)
     trace = folder / f"{program.name}.memdoc"
     memdoc = [sys.executable, "-m", "memdoc"]
     started = time.monotonic()
     if kept is not None:
         trace = kept / f"{program.name}.memdoc"
-        status = exit_status(trace, folder) if trace.exists() else None
     else:
         status, _ = run_bounded(
             [*memdoc, "run", "-q", "--force", "-o", str(trace), "--", *command_line(program)],
             folder,
             timeout_s,
         )
+        _ended(result, program, status)
+        if status is None:
+            result.problem = f"timed out after {timeout_s:.0f} s"
     result.duration_s = round(time.monotonic() - started, 1)
-    result.exit_status = status
-    result.as_designed = status is not None and (status == 0) == (program.ends == "finishes")
-    if status is None:
-        result.problem = f"timed out after {timeout_s:.0f} s"
     if not trace.exists():
         result.problem = result.problem or "no trace written"
         return result
@@ -239,6 +215,9 @@ def score(program: Program, folder: Path, timeout_s: float, kept: Path | None = 
         for f in answer.get("findings", [])
     ]
     run = answer.get("run") or {}
+    if kept is not None:
+        recorded = (run.get("ended") or {}).get("status")
+        _ended(result, program, recorded if isinstance(recorded, int) else None)
     result.steps = run.get("steps")
     result.ending_oom = bool(answer.get("oom"))
     result.ooms, result.forecast = trace_counts(trace, folder)
@@ -249,6 +228,12 @@ def score(program: Program, folder: Path, timeout_s: float, kept: Path | None = 
         result.top1 = bool(result.slugs) and result.slugs[0] in program.right
         result.top3 = bool(program.right & set(result.slugs[:3]))
     return result
+
+
+def _ended(result: Result, program: Program, status: int | None) -> None:
+    """The run's exit status (None: it timed out), and whether it ended as designed."""
+    result.exit_status = status
+    result.as_designed = status is not None and (status == 0) == (program.ends == "finishes")
 
 
 def plain(program: Program, folder: Path, timeout_s: float) -> str:
