@@ -172,6 +172,13 @@ class LoopPlan:
     epochs: tuple[int, int] | None = None  # see `planned_epochs`
 
 
+def loop_plan(mark: Event, last_step: int) -> LoopPlan | None:
+    """The plan a loop's mark says, `last_step` the last step recorded before it; None for
+    a mark that plans nothing."""
+    end = planned_end(mark, last_step)
+    return LoopPlan(end, planned_epochs(mark, last_step)) if end is not None else None
+
+
 def trace_plan(
     trace: Trace, steps: Sequence[int], step_times: Sequence[float], until_s: float | None
 ) -> LoopPlan:
@@ -181,10 +188,7 @@ def trace_plan(
         if until_s is not None and mark.t > until_s:
             break
         before = bisect.bisect_right(step_times, mark.t)
-        last_step = steps[before - 1] if before else 0
-        end = planned_end(mark, last_step)
-        if end is not None:
-            plan = LoopPlan(end, planned_epochs(mark, last_step))
+        plan = loop_plan(mark, steps[before - 1] if before else 0) or plan
     return plan
 
 

@@ -16,9 +16,8 @@ from memdoc.forecast.budget import (
     assemble,
     budget_for,
     is_limit,
+    loop_plan,
     peak_source,
-    planned_end,
-    planned_epochs,
     superseded_by,
 )
 from memdoc.forecast.model import Forecast, NoForecast
@@ -94,9 +93,7 @@ class ForecastingSink:
         try:
             if event.kind == EventKind.MARK:
                 with self._lock:
-                    end = planned_end(event, self._last_step)
-                    if end is not None:
-                        self._plan = LoopPlan(end, planned_epochs(event, self._last_step))
+                    self._plan = loop_plan(event, self._last_step) or self._plan
                     if changes_batch_size(event):  # another size: the trend starts again
                         self._points.clear()
                     if event.is_phase_mark:
