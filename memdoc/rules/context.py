@@ -245,7 +245,7 @@ def _model_weights(facts: Facts, fail: Failure) -> ModelWeights | None:
     params, trainable = fail.model.get("param_bytes"), fail.model.get("trainable_bytes")
     if not isinstance(params, int) or not isinstance(trainable, int) or params <= 0:
         return None
-    held = _host.data_held(facts.trace, fail)
+    held = facts.data_held if fail is facts.failure else _host.data_held(facts.trace, fail)
     if held is None:
         return None
     name = str(fail.model.get("module") or "the model")
