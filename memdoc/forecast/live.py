@@ -21,7 +21,7 @@ from memdoc.forecast.budget import (
     superseded_by,
 )
 from memdoc.forecast.model import Forecast, NoForecast
-from memdoc.forecast.predict import analyse, earliest
+from memdoc.forecast.predict import analyse, earliest, first_epoch_judged_at
 from memdoc.trace.model import (
     CollectorStatus,
     DeviceInfo,
@@ -70,6 +70,7 @@ class ForecastingSink:
         self._plan = LoopPlan()  # the loop's last step and epochs, where it said
         self._next_compute = float("-inf")
         self._judged_at_step: int | None = None  # a step that may change the forecast
+        self._computed_at_step = -1  # the step of the last recomputation
         self.latest: Forecast | None = None  # the last forecast written
         self.failed = False  # set when forecasting broke; the sink then only passes on
 
@@ -120,11 +121,20 @@ class ForecastingSink:
             self._last_step = number
             self._close_step(number, event.t)
             now = self._clock()
-            due = self._judged_at_step is not None and number >= self._judged_at_step
-            if now < self._next_compute and not due:
+            if now < self._next_compute and not self._due(number):
                 return
             self._next_compute = now + RECOMPUTE_EVERY_S
+            self._computed_at_step = number
             self._recompute(event.t)
+
+    def _due(self, number: int) -> bool:
+        """True when a step since the last recomputation may change the forecast: the step
+        a held-back forecast waits for, or the one where the loop's plan says its first
+        epoch's growth is judged (known from the plan, whether or not a recomputation came
+        during the first epoch: one every RECOMPUTE_EVERY_S can miss a fast epoch)."""
+        epochs = self._plan.epochs
+        waits = (self._judged_at_step, first_epoch_judged_at(*epochs) if epochs else None)
+        return any(w is not None and self._computed_at_step < w <= number for w in waits)
 
     def settle(self, unix_t: float) -> None:
         """Forecast once more from every step seen, when the run has ended: the last

@@ -159,6 +159,12 @@ def _stopped(fit: LineFit, xs: Sequence[float], ys: Sequence[float], split: int)
     return recent is not None and recent.slope_high < LEVELLED_SHARE * rate
 
 
+def first_epoch_judged_at(start: int, length: int) -> int:
+    """The step at which growth seen in a loop's first epoch (after step `start`, epochs of
+    `length` steps) is judged: when the second epoch has run enough steps to show its own."""
+    return start + length + min(MIN_RECENT_POINTS, length)
+
+
 def _first_epoch(
     series: StepSeries, fit: LineFit, xs: Sequence[float], ys: Sequence[float], crossing: int
 ) -> NoForecast | None:
@@ -171,7 +177,7 @@ def _first_epoch(
     if start is None or not length or last_step <= start:
         return None
     first_end = start + length
-    judged_at = first_end + min(MIN_RECENT_POINTS, length)
+    judged_at = first_epoch_judged_at(start, length)
     if last_step < judged_at and crossing > judged_at:
         detail = (
             f"growth in the loop's first epoch only so far (it ends at step {first_end:,}), "

@@ -31,6 +31,7 @@ def recorded(
     recomputed: int | None = None,
     settle: bool = False,
     planned_steps: int | None = None,
+    epoch_steps: int | None = None,
 ) -> Path:
     """Write a trace the way `memdoc run` does: samples between step events. With
     `recomputed`, the clock stands still after that many steps, as in a run whose last steps
@@ -44,7 +45,10 @@ def recorded(
         ticks = itertools.chain(itertools.islice(ticks, recomputed), itertools.repeat(1e9))
     sink = ForecastingSink(writer, start_unix=START, clock=lambda: float(next(ticks)))
     if planned_steps is not None:  # the training loop says how many steps it will run
-        data = {"label": "train", "phase": "train", "planned_steps": planned_steps}
+        data: dict[str, object] = {"label": "train", "phase": "train"}
+        data["planned_steps"] = planned_steps
+        if epoch_steps is not None:
+            data["epoch_steps"] = epoch_steps
         sink.event(Event(t=START + 0.1, kind=EventKind.MARK, pid=PID, data=data))
     for step, peak in enumerate(peaks, 1):
         t = START + step
@@ -179,6 +183,21 @@ def test_the_ram_forecast_follows_the_memory_the_program_owns_not_its_file_pages
 
     assert [e.data["metric"] for e in run(with_own=False)][:1] == [Metric.HOST_RSS]
     assert run(with_own=True) == []
+
+
+def test_a_leak_past_a_fast_first_epoch_is_forecast_at_the_step_its_plan_judges(
+    tmp_path: Path,
+) -> None:
+    # GIVEN a fit of 3 epochs of 50 steps leaking 8 MiB a step (the cap at about step 100),
+    # whose steps come so fast that no recomputation falls in its first epoch after step 2
+    peaks = [200 * MiB + 8 * MiB * i for i in range(95)]
+    path = recorded(tmp_path, peaks, recomputed=1, planned_steps=150, epoch_steps=50)
+    # THEN the forecast is made at the step the plan judges the first epoch's growth (12
+    # steps into the second), not left to the next recomputation
+    (said,) = forecast_events(path)
+    assert said.data["state"] == "likely"
+    assert said.data["step"] == 62
+    assert said.data["oom_step"] == 101
 
 
 def test_a_batch_size_search_is_no_trend_the_forecast_starts_after_it(tmp_path: Path) -> None:
