@@ -41,6 +41,15 @@ def _phase_marks(trace: Trace, label: str) -> list[dict[str, Any]]:
     return [dict(m.data) for m in trace.marks() if m.data.get("label") == label]
 
 
+def _plans(trace: Trace) -> list[tuple[int, int | None]]:
+    """(planned steps, steps of an epoch) of each plan a loop said after its phase began."""
+    return [
+        (m.data["planned_steps"], m.data.get("epoch_steps"))
+        for m in trace.marks()
+        if "phase" not in m.data and "planned_steps" in m.data
+    ]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
 def test_keras_fit_batches_are_steps_and_its_loops_are_phases(tmp_path: Path, backend: str) -> None:
@@ -123,10 +132,11 @@ def test_lightning_loops_are_phases_and_its_finder_records_each_failure(tmp_path
     # 2 trials of 2 steps, then the fit: 64 samples in batches of 16 for 2 epochs, the new
     # optimizer counted from its second step.
     assert len(trace.steps()) == 4 + 7
-    # Each fit said how many steps it would run: the finder's trials (max_steps=2 each)
-    # and the fit (max_steps=8), for the forecast.
-    planned = [m.get("planned_steps") for m in _phase_marks(trace, "train")]
-    assert [p for p in planned if p is not None][-1] == 8 and 2 in planned
+    # Each fit said how many steps it would run, for the forecast: the finder's trials
+    # (max_steps=2 each) when they began, and the fit (2 epochs of 4 steps) once it had
+    # set up its data, with its epochs.
+    assert 2 in [m.get("planned_steps") for m in _phase_marks(trace, "train")]
+    assert _plans(trace)[-1] == (8, 4)
 
 
 @pytest.mark.slow
@@ -139,8 +149,10 @@ def test_the_hugging_face_trainer_evaluation_is_a_phase(tmp_path: Path) -> None:
         "eval", "phase ended", "predict", "phase ended",
     ]  # fmt: skip
     assert all(m["grad_enabled"] is False for m in _phase_marks(trace, "eval"))
-    # `max_steps=8` said how many steps `train` would run, for the forecast.
+    # `max_steps=8` said how many steps `train` would run, for the forecast, and `train`
+    # said its 2 epochs of 4 steps once it had counted them from the data.
     assert _phase_marks(trace, "train")[0].get("planned_steps") == 8
+    assert _plans(trace) == [(8, 4)]
 
 
 def test_a_hook_runs_inside_the_import_before_the_next_line(tmp_path: Path) -> None:

@@ -7,6 +7,8 @@ import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from memdoc.forecast import Forecast, NoForecast, assess
 from memdoc.forecast.budget import trace_step_series
 from memdoc.forecast.live import ForecastingSink
@@ -32,6 +34,7 @@ def recorded(
     settle: bool = False,
     planned_steps: int | None = None,
     epoch_steps: int | None = None,
+    plan_after_phase: bool = False,
 ) -> Path:
     """Write a trace the way `memdoc run` does: samples between step events. With
     `recomputed`, the clock stands still after that many steps, as in a run whose last steps
@@ -45,11 +48,15 @@ def recorded(
         ticks = itertools.chain(itertools.islice(ticks, recomputed), itertools.repeat(1e9))
     sink = ForecastingSink(writer, start_unix=START, clock=lambda: float(next(ticks)))
     if planned_steps is not None:  # the training loop says how many steps it will run
-        data: dict[str, object] = {"label": "train", "phase": "train"}
-        data["planned_steps"] = planned_steps
+        # ... in its phase mark, or (Lightning, the Trainer) in a mark of its own once it
+        # has counted them from its data
+        plan: dict[str, object] = {"planned_steps": planned_steps}
         if epoch_steps is not None:
-            data["epoch_steps"] = epoch_steps
-        sink.event(Event(t=START + 0.1, kind=EventKind.MARK, pid=PID, data=data))
+            plan["epoch_steps"] = epoch_steps
+        phase = {"label": "train", "phase": "train"}
+        marks = [{**phase, **plan}] if not plan_after_phase else [phase, {"label": "plan", **plan}]
+        for data in marks:
+            sink.event(Event(t=START + 0.1, kind=EventKind.MARK, pid=PID, data=data))
     for step, peak in enumerate(peaks, 1):
         t = START + step
         sink.samples(t - 0.5, {VMS: peak - 2 * MiB, CAP: cap})
@@ -185,13 +192,21 @@ def test_the_ram_forecast_follows_the_memory_the_program_owns_not_its_file_pages
     assert run(with_own=True) == []
 
 
+@pytest.mark.parametrize("plan_after_phase", [False, True], ids=["phase-mark", "plan-mark"])
 def test_a_leak_past_a_fast_first_epoch_is_forecast_at_the_step_its_plan_judges(
-    tmp_path: Path,
+    tmp_path: Path, plan_after_phase: bool
 ) -> None:
     # GIVEN a fit of 3 epochs of 50 steps leaking 8 MiB a step (the cap at about step 100),
     # whose steps come so fast that no recomputation falls in its first epoch after step 2
     peaks = [200 * MiB + 8 * MiB * i for i in range(95)]
-    path = recorded(tmp_path, peaks, recomputed=1, planned_steps=150, epoch_steps=50)
+    path = recorded(
+        tmp_path,
+        peaks,
+        recomputed=1,
+        planned_steps=150,
+        epoch_steps=50,
+        plan_after_phase=plan_after_phase,
+    )
     # THEN the forecast is made at the step the plan judges the first epoch's growth (12
     # steps into the second), not left to the next recomputation
     (said,) = forecast_events(path)

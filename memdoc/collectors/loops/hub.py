@@ -147,10 +147,32 @@ def enter(
     short it was."""
     with _lock:
         _phases.append(phase)
-    plan = {"planned_steps": planned_steps} if planned_steps else {}
-    if planned_steps and epoch_steps:
-        plan["epoch_steps"] = epoch_steps
+    plan = _plan(planned_steps, epoch_steps)
     mark(phase, phase=phase, source=source, grad_enabled=grad_enabled, **plan, **_memory())
+
+
+def planned(source: str, planned_steps: int | None, epoch_steps: int | None = None) -> None:
+    """A training loop's plan, said where the loop learns it only after its phase began
+    (Lightning and the `Trainer` count their steps from the data they set up inside it): a
+    mark of its own, not a phase mark, read by the forecast as a phase mark's plan is."""
+    plan = _plan(planned_steps, epoch_steps)
+    if not plan or not listening():
+        return
+    words = f"{plan['planned_steps']:,} steps planned"
+    if "epoch_steps" in plan:
+        words += f", {plan['epoch_steps']:,} an epoch"
+    mark(f"{TRAIN}: {words}", source=source, **plan)
+
+
+def _plan(planned_steps: int | None, epoch_steps: int | None) -> dict[str, int]:
+    """A mark's plan: the steps the loop will run, and those of one epoch where it runs
+    more than one."""
+    if not isinstance(planned_steps, int) or planned_steps <= 0:
+        return {}
+    plan = {"planned_steps": planned_steps}
+    if isinstance(epoch_steps, int) and 0 < epoch_steps < planned_steps:
+        plan["epoch_steps"] = epoch_steps
+    return plan
 
 
 def leave(phase: str, source: str, *, failed: bool = False) -> None:

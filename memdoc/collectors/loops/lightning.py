@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeGuard
 
 from memdoc.collectors.loops import hub
 from memdoc.collectors.loops.imports import when_imported
@@ -39,6 +39,9 @@ def _patch_package(package: str) -> Any:
             plan = _planned if phase == hub.TRAIN else None
             if loop is not None:
                 hub.wrap(loop, "run", hub.around(phase, SOURCE, grad_enabled=grad, plan=plan))
+        fit_loop = _attr(f"{package}.loops.fit_loop._FitLoop")
+        if fit_loop is not None:  # its data is set up by now: the steps can be counted
+            hub.wrap(fit_loop, "on_run_start", hub.after(_say_plan))
 
     return patch
 
@@ -51,6 +54,37 @@ def _planned(fit_loop: Any, *args: Any) -> int | None:
     if not isinstance(steps, int) or steps <= 0 or not isinstance(done, int):
         return None
     return steps - done if steps > done else None
+
+
+def _say_plan(fit_loop: Any, *args: Any, **kwargs: Any) -> None:
+    hub.planned(SOURCE, *_epoch_plan(getattr(fit_loop, "trainer", None)))
+
+
+def _epoch_plan(trainer: Any) -> tuple[int | None, int | None]:
+    """(the optimizer steps the fit will still run, those of one epoch), once the fit has
+    set up its data: automatic optimization steps its one optimizer every
+    `accumulate_grad_batches` batches and at an epoch's last batch. (None, None) for a
+    module that steps its optimizers itself, or several, or data of unknown length."""
+    module = getattr(trainer, "lightning_module", None)
+    optimizers = getattr(trainer, "optimizers", None) or ()
+    if getattr(module, "automatic_optimization", False) is not True or len(optimizers) != 1:
+        return None, None
+    batches = getattr(trainer, "num_training_batches", None)
+    accumulate = getattr(trainer, "accumulate_grad_batches", None)
+    if not _counts(batches) or not _counts(accumulate):
+        return None, None
+    per_epoch = -(-batches // accumulate)
+    ends = [per_epoch * e for e in [getattr(trainer, "max_epochs", None)] if _counts(e)]
+    ends += [s for s in [getattr(trainer, "max_steps", None)] if _counts(s)]
+    done = getattr(trainer, "global_step", 0)
+    if not ends or not isinstance(done, int) or min(ends) <= done:
+        return None, None
+    # Epochs are told apart only from one's first step (a fit resumed mid-epoch is not).
+    return min(ends) - done, per_epoch if done % per_epoch == 0 else None
+
+
+def _counts(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _attr(dotted: str) -> Any:

@@ -33,6 +33,9 @@ def _patch_trainer(module: ModuleType) -> None:
         return
     hub.wrap(trainer, "train", hub.around(hub.TRAIN, SOURCE, grad_enabled=None, plan=_planned))
     hub.wrap(trainer, "evaluation_loop", _evaluation_loop)
+    # Where `train` has counted its steps from the data (and a resumed state), before it
+    # trains: transformers 4.4x and later.
+    hub.wrap(trainer, "_init_training_state", hub.after(_say_plan))
     _rebind_finder_names()
 
 
@@ -41,6 +44,24 @@ def _planned(trainer: Any, *args: Any) -> int | None:
     count from epochs is made inside `train`, from the data, and is not asked for here."""
     steps = getattr(getattr(trainer, "args", None), "max_steps", None)
     return steps if isinstance(steps, int) and steps > 0 else None
+
+
+def _say_plan(
+    trainer: Any,
+    max_steps: Any = None,
+    num_update_steps_per_epoch: Any = None,
+    *args: Any,
+    **kwargs: Any,
+) -> None:
+    """The plan `train` made: its optimizer steps in all (`max_steps`), less those a resumed
+    state had run, and those of one epoch where it starts at an epoch's first step."""
+    done = getattr(getattr(trainer, "state", None), "global_step", 0)
+    per_epoch = num_update_steps_per_epoch
+    if not isinstance(max_steps, int) or not isinstance(done, int) or max_steps <= done:
+        return
+    if not isinstance(per_epoch, int) or per_epoch <= 0 or done % per_epoch:
+        per_epoch = None
+    hub.planned(SOURCE, max_steps - done, per_epoch)
 
 
 def _evaluation_loop(original: Any) -> Any:

@@ -55,7 +55,7 @@ size = Tuner(tuner_trainer).scale_batch_size(
 )
 print("finder chose", size)
 model.batch_size = 16
-# max_steps: the same 2 epochs of 4 steps, said up front (the fit phase's planned steps).
-trainer = pl.Trainer(max_epochs=2, max_steps=8, num_sanity_val_steps=0, **options)
+# 2 epochs of 4 steps, counted by the fit from its data once set up (no max_steps).
+trainer = pl.Trainer(max_epochs=2, num_sanity_val_steps=0, **options)
 trainer.fit(model)
 trainer.predict(model, DataLoader(DATA, batch_size=16))
