@@ -11,8 +11,8 @@ loss reaches into the previous step's graph, and backward fails with "Trying to 
 through the graph a second time". The author silenced that by overriding `training_step`
 to call `accelerator.backward(loss, retain_graph=True)`: now no step's graph is ever
 freed, each one linked to the next through the queue, and each holds the saved activations
-of both views of a batch of 64 tickets of 48 tokens, a few dozen MiB. Memory grows by that
-much a step and the run goes out of memory after a dozen or so steps of its 120, though the
+of both views of a batch of 32 tickets of 32 tokens, a few dozen MiB. Memory grows by that
+much a step and the run goes out of memory after a dozen or so of its 120 steps, though the
 model and AdamW's state take under 20 MiB. (Detach the positives before they go into the
 queue and call backward without retain_graph: each step's graph is freed after its
 backward and it trains under the same cap.)
@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 from transformers import BertConfig, BertModel, Trainer, TrainingArguments
 
-BUDGET_BYTES = 640 << 20  # as on a machine with 640 MiB to spare
-VOCAB, SEQ, TICKETS, BATCH, QUEUE, TEMPERATURE = 8000, 48, 7680, 64, 4096, 0.05
+BUDGET_BYTES = 1024 << 20  # as on a machine with 1 GiB to spare
+VOCAB, SEQ, TICKETS, BATCH, QUEUE, TEMPERATURE = 8000, 32, 3840, 32, 4096, 0.05
 
 
 def cap_address_space(budget_bytes: int) -> None:
@@ -85,6 +85,8 @@ class QueueContrastiveTrainer(Trainer):
         loss = self.compute_loss(model, inputs)
         # added to silence "Trying to backward through the graph a second time"
         self.accelerator.backward(loss, retain_graph=True)
+        if self.state.global_step % 5 == 0:
+            print(f"step {self.state.global_step}: loss {loss.item():.3f}", flush=True)
         return loss.detach()
 
 

@@ -84,11 +84,11 @@ def write_checkpoint(path: Path, rng: np.random.Generator) -> None:
     arrays = {}
     for group in ("params", "m", "v"):
         scale = {"params": 0.01, "m": 1e-4, "v": 1e-8}[group]
-        arrays[f"{group}/table"] = scale * rng.standard_normal((BUCKETS, DIM), dtype=np.float32)
-        arrays[f"{group}/hidden"] = scale * rng.standard_normal(
-            (FIELDS * DIM, HIDDEN), dtype=np.float32
-        )
+        for name, shape in (("table", (BUCKETS, DIM)), ("hidden", (FIELDS * DIM, HIDDEN))):
+            arrays[f"{group}/{name}"] = scale * rng.standard_normal(shape, dtype=np.float32)
         arrays[f"{group}/out"] = scale * rng.standard_normal(HIDDEN, dtype=np.float32)
+    for name in ("table", "hidden", "out"):
+        arrays[f"v/{name}"] = np.abs(arrays[f"v/{name}"])  # second moments are not negative
     np.savez(path, step=np.int32(12_000), **arrays)
 
 

@@ -8,10 +8,10 @@ has 32 candidate products with graded relevance from 0 to 4. A batch is 512 whol
 compare the candidates of each query with each other: 512 x 32 x 32 pairs, 2 MiB. But it
 was written on the flattened batch, `scores[:, None] - scores[None, :]` with a mask
 `same_query[:, None] == same_query[None, :]` to drop the pairs across queries, which
-broadcasts to a 16,384 x 16,384 matrix: one 1 GiB tensor, asked for in the first step,
-against 768 MiB of memory, while the model, its Adam state and the 36 MiB of features take
-under 100 MiB. (Reshape the scores to (512, 32) and compare within each query, a
-(512, 32, 32) tensor: it trains under the same cap.)
+broadcasts to 16,384 x 16,384 matrices: 1 GiB for each float one (256 MiB for each
+boolean mask), asked for in the first step, against 1 GiB of memory, while the model, its
+Adam state and the 34 MiB of features take under 100 MiB. (Reshape the scores to (512, 32)
+and compare within each query, a (512, 32, 32) tensor: it trains under the same cap.)
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-BUDGET_BYTES = 768 << 20  # as on a machine with 768 MiB to spare
+BUDGET_BYTES = 1024 << 20  # as on a machine with 1 GiB to spare
 FEATURES, CANDIDATES, QUERIES, QUERIES_PER_BATCH = 136, 32, 2048, 512
 
 

@@ -11,8 +11,8 @@ keeps every batch's scores to pick the 512 most uncertain claims. But it runs in
 training loop, where autograd is on: each batch's scores hold its graph, with the
 concatenated embeddings (10 KiB a claim) that the first linear layer saved for backward,
 40 MiB a batch, so memory grows batch after batch through the scoring, toward 640 MiB for
-the pool against 512 MiB of memory, and the first scoring runs out about two thirds of the
-way through, though the model, its Adam state and the data take under 60 MiB. (Score the
+the pool against 512 MiB of memory, and the first scoring runs out partway
+through, though the model, its Adam state and the data take under 60 MiB. (Score the
 pool under `torch.no_grad()`: a batch's scores are then 16 KiB, and it trains under the
 same cap.)
 """
