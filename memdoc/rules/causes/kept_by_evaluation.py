@@ -43,10 +43,11 @@ def kept_by_evaluation(facts: Facts, fail: Failure | None) -> EvaluationKept | N
     pid = fail.pid if fail is not None else None
     mine = [p for p in facts.phases if pid is None or p.pid == pid]
     kept_by = _measure(mine, fail)
-    evals = [p for p in mine if p.evaluating and kept_by(p) is not None]
+    netted = _net_of_given_back(mine, kept_by)
+    evals = list(netted)
     if len(evals) < 2:
         return None
-    kept = [float(kept_by(p) or 0) for p in evals]
+    kept = list(netted.values())
     keeping = sum(1 for k in kept if k > KEPT_NOISE_BYTES)
     total = sum(k for k in kept if k > 0)
     training = _median([kept_by(p) for p in mine if p.name == "train"])
@@ -82,6 +83,23 @@ def _measure(mine: Sequence[Phase], fail: Failure | None) -> Callable[[Phase], i
 
             return kept_there
     return lambda phase: phase.kept_bytes
+
+
+def _net_of_given_back(
+    mine: Sequence[Phase], kept_by: Callable[[Phase], int | None]
+) -> dict[Phase, float]:
+    """What each evaluation pass kept, less what the training phase right after it gave
+    back: memory an evaluation held at its end (its temporaries, which the allocator keeps
+    until training reuses or returns them) is not kept when training hands it back."""
+    netted: dict[Phase, float] = {}
+    for i, phase in enumerate(mine):
+        kept = kept_by(phase) if phase.evaluating else None
+        if kept is None:
+            continue
+        after = next((p for p in mine[i + 1 :] if p.evaluating or p.name == "train"), None)
+        given_back = kept_by(after) if after is not None and after.name == "train" else None
+        netted[phase] = float(kept) + min(float(given_back or 0), 0.0)
+    return netted
 
 
 def _median(values: Sequence[int | None]) -> float:
