@@ -265,6 +265,22 @@ def test_a_plain_request_above_the_device_stays_a_single_allocation() -> None:
     assert explain_text(text).findings[0].rule == "single-allocation-too-large"
 
 
+def test_a_request_under_an_address_space_cap_larger_than_all_the_data_held_is_one_tensor() -> None:
+    # A Keras ranking loss asks for a 16,384 x 16,384 pair matrix (1 GiB, 39% of an
+    # address-space cap that TensorFlow's own mappings mostly fill) with 438 MiB of data held.
+    trace = load_trace(
+        RULE_FIXTURES
+        / "single-allocation-too-large"
+        / "likely-keras-pairwise-matrix-larger-than-all-data-held.memdoc"
+    )
+
+    found = diagnose(trace)
+
+    assert found[0].rule == "single-allocation-too-large"
+    assert "more than all data held" in found[0].reasons
+    assert "activations-too-large" in [f.rule for f in found[1:3]]
+
+
 @pytest.mark.parametrize(
     ("used", "fires"),
     [

@@ -279,7 +279,17 @@ volume processed at once, or a convolution asking for a huge workspace.
             f"{format_percent(requested / cap.limit_bytes)} of the {format_bytes(cap.limit_bytes)} "
             f"{cap.label}, did not fit in the {format_bytes(room)} left under it."
         )
-        return self.finding(facts, Signals(LIKELY), summary, evidence, frameworks=involved)
+        # Much of an address space is the runtime's own code and reservations: a request
+        # larger than all the data the program held is this one tensor, not what piled up.
+        held = facts.data_held
+        dwarfs = held is not None and requested >= DOMINANT_RATIO * held.held_bytes
+        if held is not None and dwarfs:
+            evidence.append(bytes_evidence(held.label, held.held_bytes))
+            summary += (
+                f" It is more than all the data the program held ({format_bytes(held.held_bytes)})."
+            )
+        signals = Signals.of(LIKELY, more_than_all_data_held=dwarfs)
+        return self.finding(facts, signals, summary, evidence, frameworks=involved)
 
     def _beside_kept(
         self,
