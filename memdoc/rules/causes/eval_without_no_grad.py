@@ -137,7 +137,7 @@ graph alive for as long as they are referenced, for example in a list of predict
         recording it (its frames held tensors with a `grad_fn`): inference, or a frozen
         teacher, run without `torch.no_grad()`, whatever the code around it is called."""
         module = fail.module
-        if module.get("training") is not False or module.get("recording_graph") is not True:
+        if not _evaluating_with_a_graph(fail):
             return None
         name = str(module.get("module") or "a model")
         summary = (
@@ -223,7 +223,13 @@ graph alive for as long as they are referenced, for example in a list of predict
             failed_in_marked_evaluation=failed_in_eval and not unmarked,
             evaluation_above_training=eval_rise >= train_rise,
         )
-        if inferred:
+        # The forward that ran out answers the question where it was a model's in
+        # evaluation mode and its frames held tensors with a grad_fn.
+        recording = fail is not None and _evaluating_with_a_graph(fail)
+        if inferred and recording:
+            # (the span inferred ends at the failure: failing in it is no further fact)
+            signals = Signals.of(LIKELY, evaluation_above_training=eval_rise >= train_rise)
+        elif inferred:
             signals = Signals(POSSIBLE)
         where = (
             "in evaluation code after the last training step" if unmarked else "during evaluation"
@@ -247,10 +253,17 @@ graph alive for as long as they are referenced, for example in a list of predict
         if inferred:
             summary = (
                 f"Memory rose by {format_bytes(eval_rise)} in forward passes of {frame}, long "
-                f"after the last training step, {compared}: if they ran with autograd on, "
-                "each kept its graph."
+                f"after the last training step, {compared}: "
+                + (
+                    f"the one that ran out was {fail.module.get('module')}'s in evaluation "
+                    "mode with autograd recording it, so each kept its graph."
+                    if recording and fail is not None
+                    else "if they ran with autograd on, each kept its graph."
+                )
             )
             evidence[0] = Evidence(f"forward passes after the last step, in: {frame}")
+            if recording:
+                evidence.insert(1, Evidence("autograd recorded the forward that ran out"))
         return self.finding(
             facts,
             signals,
@@ -260,7 +273,7 @@ graph alive for as long as they are referenced, for example in a list of predict
                 f"check that {frame} runs under torch.no_grad(): if it does, what it keeps "
                 "(its outputs) is the cause"
             )
-            if inferred
+            if inferred and not recording
             else None,
             frameworks=["pytorch"],
         )
@@ -285,6 +298,12 @@ graph alive for as long as they are referenced, for example in a list of predict
             ),
             frameworks=["pytorch"],
         )
+
+
+def _evaluating_with_a_graph(fail: Failure) -> bool:
+    """The forward that ran out was a model's in evaluation mode, recording a graph."""
+    module = fail.module
+    return module.get("training") is False and module.get("recording_graph") is True
 
 
 def _in_eval_frames(fail: Failure) -> bool:
