@@ -96,7 +96,10 @@ class Session:
         self._recorded_ooms: list[tuple[int, str]] = []
         # Memory errors seen rising out of a framework call memdoc wraps, not yet recorded:
         # (the mark they carry, their events), written as caught at the next step or stop.
-        self._raised: list[tuple[object, list[Event]]] = []
+        # Memory errors noted and not yet written: (the note's mark, its events, the error's
+        # attributes, which say whether it was recorded since; never the error itself,
+        # whose traceback would keep the program's frames and tensors alive).
+        self._raised: list[tuple[object, list[Event], dict[str, Any]]] = []
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -313,7 +316,7 @@ class Session:
                     for e in events
                 ]
             with self._lock:
-                self._raised.append((mark, events))
+                self._raised.append((mark, events, attrs))
         except Exception:
             pass
 
@@ -329,12 +332,15 @@ class Session:
         if mark is None or not self._raised:
             return
         with self._lock:
-            self._raised = [(m, events) for m, events in self._raised if m is not mark]
+            self._raised = [note for note in self._raised if note[0] is not mark]
 
     def _write_raised(self) -> None:
         with self._lock:
             raised, self._raised = self._raised, []
-        for _, events in raised:
+        key = (self.pid, id(self))
+        for _, events, attrs in raised:
+            if key in attrs.get(_RECORDED_BY, frozenset()):
+                continue  # noted while it was being recorded (a collection meanwhile)
             for event in events:
                 self.sink.event(event)
 

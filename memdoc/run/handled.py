@@ -12,7 +12,6 @@ from collections.abc import Callable
 from types import CodeType
 from typing import Any, NoReturn
 
-from memdoc.collectors.loops import hub
 from memdoc.kinds import could_be_memory_error
 from memdoc.session import Session, memory_error_event
 
@@ -75,11 +74,12 @@ def _watch_through_collections(session: Callable[[], Session | None]) -> bool:
 def noting_collections(
     session: Callable[[], Session | None],
 ) -> Callable[[str, dict[str, int]], None]:
-    """The collection callback: a memory error in hand when a collection starts is recorded
-    as caught at once, since no later recording may come. While a loop's batch-size search
-    runs, it is only noted (`Session.note_raised`): a collection comes whenever the program
-    allocates, often before the finder has looked at the error, and the finder's own
-    recording, with the size it tried, is the one kept."""
+    """The collection callback: a memory error in hand when a collection starts is noted
+    (`Session.note_raised`), and written as caught at the program's next step or when the
+    session stops, unless recorded otherwise by then. A collection comes whenever the
+    program allocates, often before it has decided what to do with the error: a handler
+    that logs it and exits is recorded at the exit (with the memory at that moment), and a
+    batch-size finder's own recording, with the size it tried, is the one kept."""
     busy = threading.local()
 
     def collecting(phase: str, info: dict[str, int]) -> None:
@@ -97,17 +97,12 @@ def noting_collections(
 
 
 def _seen_in_hand(session: Callable[[], Session | None], exc: Exception) -> None:
-    """A collection found `exc` in hand: recorded as caught, noted during a search, and
-    left to its note when it is being noted as it leaves a wrapped call (the note has the
-    caller's frames, which its traceback does not hold yet)."""
+    """A collection found `exc` in hand: noted, unless it is noted already (as it leaves a
+    wrapped call, with the caller's frames, which its traceback does not hold yet)."""
     with contextlib.suppress(Exception):
         current = session()
-        if current is None or current.noted(exc):
-            return
-        if hub.searching():
+        if current is not None and not current.noted(exc):
             current.note_raised(exc)
-        else:
-            _record(session, exc, where="caught")
 
 
 def _record(session: Callable[[], Session | None], exc: Exception, *, where: str) -> None:

@@ -134,18 +134,30 @@ def test_an_oom_the_program_catches_and_survives_is_recorded_and_not_called_a_fa
     assert b"Ran out of" not in diagnosed.stdout
 
 
-def test_a_memory_error_the_program_exits_on_is_recorded_in_its_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "handler",
+    [
+        pytest.param("", id="logs-and-exits"),
+        # A garbage collection while the handler holds the error (any allocation may start
+        # one): the error is not yet caught and survived, the exit decides.
+        pytest.param("gc.collect()", id="collects-logs-and-exits"),
+    ],
+)
+def test_a_memory_error_the_program_exits_on_is_recorded_in_its_process(
+    tmp_path: Path, handler: str
+) -> None:
     # GIVEN a program that catches a real MemoryError under its own cap, logs it, exits 3
     (tmp_path / "loader.py").write_text(
         textwrap.dedent(
-            """
-            import resource, sys
+            f"""
+            import gc, resource, sys
             cap = 600 * 1024 * 1024
             resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
             try:
                 blocks = [bytearray(16 * 1024 * 1024) for _ in range(100)]
             except MemoryError:
                 blocks = None
+                {handler}
                 print("could not load the dataset", file=sys.stderr)
                 sys.exit(3)
             """

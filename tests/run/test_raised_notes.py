@@ -104,16 +104,43 @@ def test_in_a_batch_size_search_an_error_a_collection_sees_is_kept_as_the_finder
     assert oom["where"] == "caught" and oom["batch_size"] == 32
 
 
-def test_outside_a_search_an_error_a_collection_sees_is_recorded_at_once() -> None:
+def test_outside_a_search_an_error_a_collection_sees_is_caught_once_the_program_goes_on() -> None:
     session, sink = _session()
     collecting = noting_collections(lambda: session)
     try:
         raise _oom()
     except RuntimeError:
         collecting("start", {})
-    # at once: no later recording may come
+    # not yet: a handler may still exit on it (recorded then, with the memory at its exit)
+    assert sink.ooms() == []
+
+    session.step()
+
     [oom] = sink.ooms()
     assert oom["where"] == "caught" and oom["handled"] is True
+
+
+def test_an_error_a_collection_sees_while_its_exit_is_recorded_is_written_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    session, sink = _session()
+    collecting = noting_collections(lambda: session)
+    exc = _oom()
+    read = session._exception_events
+
+    def reading(*args: Any, **kwargs: Any) -> list[Event]:
+        try:  # recording the exit allocates: a collection starts with the error in hand
+            raise exc
+        except RuntimeError:
+            collecting("start", {})
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(session, "_exception_events", reading)
+    session.record_exception(exc, exc.__traceback__, where="exit")
+    session.stop()
+
+    [oom] = sink.ooms()
+    assert oom["where"] == "exit" and "handled" not in oom
 
 
 @pytest.mark.parametrize("in_search", [True, False], ids=["in-a-search", "outside-a-search"])
