@@ -191,12 +191,6 @@ def leave(phase: str, source: str, *, failed: bool = False) -> None:
         mark(outer, phase=outer, source=source, resumed=True, **_memory())
 
 
-def searching() -> bool:
-    """A loop's batch-size search is running (the fits it tries run inside it)."""
-    with _lock:
-        return SEARCH in _phases
-
-
 def current_phase() -> str | None:
     with _lock:
         return _phases[-1] if _phases else None

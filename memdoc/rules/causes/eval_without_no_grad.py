@@ -136,10 +136,9 @@ graph alive for as long as they are referenced, for example in a list of predict
         """The forward that ran out was a model's in evaluation mode, and autograd was
         recording it (its frames held tensors with a `grad_fn`): inference, or a frozen
         teacher, run without `torch.no_grad()`, whatever the code around it is called."""
-        module = fail.module
         if not _evaluating_with_a_graph(fail):
             return None
-        name = str(module.get("module") or "a model")
+        name = _module_name(fail)
         summary = (
             f"The forward pass that ran out was {name}'s, in evaluation mode, with autograd "
             "recording it (the tensors in its frames carry a grad_fn): run without "
@@ -255,8 +254,8 @@ graph alive for as long as they are referenced, for example in a list of predict
                 f"Memory rose by {format_bytes(eval_rise)} in forward passes of {frame}, long "
                 f"after the last training step, {compared}: "
                 + (
-                    f"the one that ran out was {fail.module.get('module')}'s in evaluation "
-                    "mode with autograd recording it, so each kept its graph."
+                    f"the one that ran out was {_module_name(fail)}'s in evaluation mode "
+                    "with autograd recording it, so each kept its graph."
                     if recording and fail is not None
                     else "if they ran with autograd on, each kept its graph."
                 )
@@ -304,6 +303,10 @@ def _evaluating_with_a_graph(fail: Failure) -> bool:
     """The forward that ran out was a model's in evaluation mode, recording a graph."""
     module = fail.module
     return module.get("training") is False and module.get("recording_graph") is True
+
+
+def _module_name(fail: Failure) -> str:
+    return str(fail.module.get("module") or "a model")
 
 
 def _in_eval_frames(fail: Failure) -> bool:
