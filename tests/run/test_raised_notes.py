@@ -47,6 +47,24 @@ def _session() -> tuple[Session, _Events]:
     return Session(sink), sink  # type: ignore[arg-type]
 
 
+def _collection_while_read(
+    monkeypatch: pytest.MonkeyPatch, session: Session, exc: RuntimeError
+) -> None:
+    """Each time the session reads `exc` (which allocates), a garbage collection starts
+    with `exc` in hand, as the program's handler holds it."""
+    collecting = noting_collections(lambda: session)
+    read = session._exception_events
+
+    def reading(*args: Any, **kwargs: Any) -> list[Event]:
+        try:
+            raise exc
+        except RuntimeError:
+            collecting("start", {})
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(session, "_exception_events", reading)
+
+
 def test_a_noted_error_is_written_as_caught_at_the_next_step_with_the_outer_frames() -> None:
     session, sink = _session()
     session.note_raised(_oom(), ["train.py:40:<module>"])
@@ -124,18 +142,8 @@ def test_an_error_a_collection_sees_while_its_exit_is_recorded_is_written_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     session, sink = _session()
-    collecting = noting_collections(lambda: session)
     exc = _oom()
-    read = session._exception_events
-
-    def reading(*args: Any, **kwargs: Any) -> list[Event]:
-        try:  # recording the exit allocates: a collection starts with the error in hand
-            raise exc
-        except RuntimeError:
-            collecting("start", {})
-        return read(*args, **kwargs)
-
-    monkeypatch.setattr(session, "_exception_events", reading)
+    _collection_while_read(monkeypatch, session, exc)  # recording the exit allocates
     session.record_exception(exc, exc.__traceback__, where="exit")
     session.stop()
 
@@ -148,18 +156,8 @@ def test_a_collection_while_an_error_is_being_noted_leaves_it_to_the_note(
     monkeypatch: pytest.MonkeyPatch, in_search: bool
 ) -> None:
     session, sink = _session()
-    collecting = noting_collections(lambda: session)
     exc = _oom()
-    read = session._exception_events
-
-    def reading(*args: Any, **kwargs: Any) -> list[Event]:
-        try:  # reading the error allocates: a collection starts with the error in hand
-            raise exc
-        except RuntimeError:
-            collecting("start", {})
-        return read(*args, **kwargs)
-
-    monkeypatch.setattr(session, "_exception_events", reading)
+    _collection_while_read(monkeypatch, session, exc)  # reading the error allocates
     if in_search:
         hub.enter(hub.SEARCH, "lightning", grad_enabled=None)
     try:
