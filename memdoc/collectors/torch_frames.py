@@ -12,6 +12,8 @@ Only attributes are read; nothing is changed or kept.
 
 from __future__ import annotations
 
+import sys
+from inspect import CO_NEWLOCALS
 from types import FrameType
 from typing import Any
 
@@ -45,10 +47,23 @@ def module_in_hand(exc: BaseException, torch: Any) -> dict[str, Any] | None:
 
 
 def _frames(exc: BaseException) -> list[FrameType]:
+    """The traceback's frames whose locals may be read, outermost first. Not a function's
+    frame that is still running (the one handling the error, a wrapper re-raising it):
+    reading its locals leaves a snapshot of them on the frame, the error among them, and
+    that cycle (error, traceback, frame, snapshot, error) keeps every tensor the frames
+    hold alive until the next garbage collection, past the handler that would have freed
+    them. A module's frame reads its globals, and finished frames keep their locals anyway."""
+    running: set[int] = set()
+    here: FrameType | None = sys._getframe()
+    while here is not None:
+        running.add(id(here))
+        here = here.f_back
     frames: list[FrameType] = []
     tb = exc.__traceback__
     while tb is not None and len(frames) < MAX_FRAMES:
-        frames.append(tb.tb_frame)
+        frame = tb.tb_frame
+        if id(frame) not in running or not frame.f_code.co_flags & CO_NEWLOCALS:
+            frames.append(frame)
         tb = tb.tb_next
     return frames
 
