@@ -94,11 +94,10 @@ class Session:
         # Memory errors already recorded, for exceptions that take no attribute (see
         # `_first_sighting`): their ids and text.
         self._recorded_ooms: list[tuple[int, str]] = []
-        # Memory errors seen rising out of a framework call memdoc wraps, not yet recorded:
-        # (the mark they carry, their events), written as caught at the next step or stop.
-        # Memory errors noted and not yet written: (the note's mark, its events, the error's
-        # attributes, which say whether it was recorded since; never the error itself,
-        # whose traceback would keep the program's frames and tensors alive).
+        # Memory errors noted (`note_raised`) and not yet written, as caught at the next step
+        # or stop: (the note's mark, its events, the error's attributes, which say whether
+        # it was recorded since; never the error itself, whose traceback would keep the
+        # program's frames and tensors alive).
         self._raised: list[tuple[object, list[Event], dict[str, Any]]] = []
 
     # -- lifecycle ------------------------------------------------------------------------
