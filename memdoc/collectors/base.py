@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import traceback
 from collections.abc import Iterable, Mapping
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any, Protocol
 
 from memdoc.kinds import could_be_memory_error
@@ -93,6 +93,21 @@ def note_raised(sessions: Iterable[SessionHandle], exc: BaseException, depth: in
     outer = frame_strings(reversed(traceback.StackSummary.extract(caller, lookup_lines=False)))
     for session in sessions:
         session.note_raised(exc, outer)
+
+
+def running_frames() -> set[int]:
+    """The ids of the frames running on this thread, this function's caller and outward.
+    Reading a running function frame's `f_locals` leaves a snapshot of its locals on the
+    frame: in an `except` block, the error among them, a cycle (error, traceback, frame,
+    snapshot, error) that keeps every object the traceback's frames hold alive until the
+    next garbage collection, past the handler that would have freed them. Finished frames
+    keep their locals anyway, and are read freely."""
+    running: set[int] = set()
+    here: FrameType | None = sys._getframe(1)
+    while here is not None:
+        running.add(id(here))
+        here = here.f_back
+    return running
 
 
 def frame_strings(frames: Iterable[traceback.FrameSummary]) -> list[str]:

@@ -12,10 +12,11 @@ Only attributes are read; nothing is changed or kept.
 
 from __future__ import annotations
 
-import sys
 from inspect import CO_NEWLOCALS
 from types import FrameType
 from typing import Any
+
+from memdoc.collectors.base import running_frames
 
 # The functions a module call runs through: its own `forward` and nn.Module's call wrappers.
 FORWARD_CALLS = frozenset({"forward", "_call_impl", "_wrapped_call_impl"})
@@ -47,17 +48,10 @@ def module_in_hand(exc: BaseException, torch: Any) -> dict[str, Any] | None:
 
 
 def _frames(exc: BaseException) -> list[FrameType]:
-    """The traceback's frames whose locals may be read, outermost first. Not a function's
-    frame that is still running (the one handling the error, a wrapper re-raising it):
-    reading its locals leaves a snapshot of them on the frame, the error among them, and
-    that cycle (error, traceback, frame, snapshot, error) keeps every tensor the frames
-    hold alive until the next garbage collection, past the handler that would have freed
-    them. A module's frame reads its globals, and finished frames keep their locals anyway."""
-    running: set[int] = set()
-    here: FrameType | None = sys._getframe()
-    while here is not None:
-        running.add(id(here))
-        here = here.f_back
+    """The traceback's frames whose locals may be read, outermost first: not a function's
+    frame that is still running (the one handling the error, a wrapper re-raising it), see
+    `running_frames`; a module's frame reads its globals."""
+    running = running_frames()
     frames: list[FrameType] = []
     tb = exc.__traceback__
     while tb is not None and len(frames) < MAX_FRAMES:

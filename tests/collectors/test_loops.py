@@ -111,6 +111,34 @@ def test_every_caught_oom_is_recorded_with_the_batch_size_tried(tmp_path: Path) 
     assert trace.exit is not None and trace.exit.status == 0
 
 
+def _stdout(tmp_path: Path, program: str) -> tuple[str, Trace]:
+    trace = tmp_path / "run.memdoc"
+    done = run_memdoc("run", "-q", "-o", str(trace), str(PROGRAMS / program), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
+    return done.stdout.decode(), load_trace(trace)
+
+
+def test_a_finder_tries_again_with_nothing_of_the_failed_try_alive(tmp_path: Path) -> None:
+    # Reading the size tried from the finder's frame while it handled the error kept the
+    # error, with the failed try's frames, alive through the next try (1 alive before).
+    out, trace = _stdout(tmp_path, "finder_frees.py")
+    assert out.strip() == "trained at 40 with 0 failed tries alive"
+    assert [e.data["batch_size"] for e in trace.oom_events()] == [64, 57, 51, 45]
+
+
+@pytest.mark.slow
+def test_a_caught_jax_oom_is_recorded_and_leaves_nothing_of_the_failed_try_alive(
+    tmp_path: Path,
+) -> None:
+    # Reading the jitted call's arguments from its frame while it handled the error kept the
+    # failed try alive past the program's handler ("kept" before, "freed" in a plain run).
+    out, trace = _stdout(tmp_path, "jax_caught.py")
+    assert out.split() == ["freed", "trained", "at", "8192"]
+    [oom] = trace.oom_events()
+    assert oom.data["where"] == "caught" and oom.data["jitted_call"] == "train_step"
+    assert oom.data["compiled_memory"]["temp"] >= 128 << 20  # the 128 MiB it asked for
+
+
 @pytest.mark.slow
 def test_lightning_loops_are_phases_and_its_finder_records_each_failure(tmp_path: Path) -> None:
     trace = _run(tmp_path, "lightning_fit.py")

@@ -82,10 +82,16 @@ def mark(label: str, **data: Any) -> None:
             session.emit(EventKind.MARK, {"label": label, **data})
 
 
+# Each batch-size finder's last size tried, for the error it may then catch.
+_tried: dict[str, int] = {}
+
+
 def finder_mark(finder: str, size: int, *, answer: str = "") -> None:
     """A batch-size finder's try at `size` ("batch size 64"), or its answer ("batch size 64
     trained", "... chosen") when `answer` says how the finder knows it. The trace's reader
     (`memdoc.trace.phases.batch_search`) reads these marks."""
+    if not answer:
+        _tried[finder] = size
     label = f"batch size {size} {answer}".rstrip()
     data: dict[str, Any] = {"batch_size": size, "source": finder, "finder": finder}
     if answer:
@@ -102,9 +108,12 @@ def model_state(data: dict[str, Any]) -> None:
             session.emit(EventKind.MODEL_STATE, data)
 
 
-def caught(exc: BaseException, **data: Any) -> None:
-    """A memory error a loop's own batch-size finder caught: recorded as caught, with what
-    the finder knew (the size it tried)."""
+def caught(exc: BaseException, finder: str) -> None:
+    """A memory error a loop's own batch-size finder caught: recorded as caught, with the
+    size it tried (the last it marked). The finder's frame, still handling the error, is
+    not read: its locals' snapshot would keep the error, and the failed try's tensors, alive
+    while it tries again (see `memdoc.collectors.base.running_frames`)."""
+    data = {"batch_size": _tried.get(finder), "finder": finder}
     for session in _each():
         with contextlib.suppress(Exception):
             session.record_exception(exc, exc.__traceback__, where="caught", context=data)

@@ -82,7 +82,13 @@ class Watched:
         try:
             out = self._memdoc_jitted(*args, **kwargs)
         except Exception as exc:
-            hub.raised(exc)
+            # What memdoc reads of this call at the error (what XLA planned, the optimizer's
+            # state among its arguments) is handed over, not read from this running frame.
+            _FAILING.call = (self, args, kwargs)
+            try:
+                hub.raised(exc)
+            finally:
+                _FAILING.call = None
             raise
         if hub.listening():
             _STEPS.called(self)
@@ -108,10 +114,9 @@ def jitted_call(exc: BaseException) -> str | None:
     jit = getattr(sys.modules.get("jax"), "jit", None)
     if not getattr(jit, "__memdoc_wrapped__", False):
         return None
-    frame = _innermost_call(exc)
-    if frame is not None:
-        watched = frame.f_locals.get("self")
-        return str(getattr(watched, "__name__", "") or "<jitted>")
+    call = _failed_call(exc)
+    if call is not None:
+        return str(getattr(call[0], "__name__", "") or "<jitted>")
     names: list[str] = []
     tb = exc.__traceback__
     while tb is not None:
@@ -129,12 +134,11 @@ def compiled_memory(exc: BaseException) -> dict[str, int] | None:
     compiled, so lowering and compiling it again are cache hits (well under a millisecond,
     the function is not traced again). None where no jitted call of the program raised it
     or XLA does not say."""
-    frame = _innermost_call(exc)
-    if frame is None:
+    call = _failed_call(exc)
+    if call is None:
         return None
+    watched, args, kwargs = call
     try:
-        watched = frame.f_locals["self"]
-        args, kwargs = frame.f_locals.get("args", ()), frame.f_locals.get("kwargs", {})
         stats = watched._memdoc_jitted.lower(*args, **kwargs).compile().memory_analysis()
         return {
             name: int(getattr(stats, f"{name}_size_in_bytes"))
@@ -150,12 +154,12 @@ def optimizer_state_bytes(exc: BaseException) -> int | None:
     `jax.example_libraries.optimizers` state (its parameters left out), a Flax `TrainState`'s
     `opt_state`. Read from the arrays' shapes (a donated argument's buffer may be gone).
     None where no jitted call of the program raised it or no optimizer state was passed."""
-    frame = _innermost_call(exc)
+    call = _failed_call(exc)
     tree_leaves = getattr(getattr(sys.modules.get("jax"), "tree_util", None), "tree_leaves", None)
-    if frame is None or tree_leaves is None:
+    if call is None or tree_leaves is None:
         return None
     try:
-        arguments = (frame.f_locals.get("args", ()), frame.f_locals.get("kwargs", {}))
+        arguments = call[1:]
         found = _state_bytes(arguments, tree_leaves, 0)
     except Exception:
         return None
@@ -196,6 +200,31 @@ def _leaf_bytes(value: Any, tree_leaves: Callable[[Any], list[Any]]) -> int:
 
 
 _MAX_DEPTH = 8  # containers walked into, looking for an optimizer's state
+
+
+# The watched call whose error is being noted on this thread (`Watched.__call__`), while its
+# own handler runs: (the watched function, args, kwargs).
+_FAILING = threading.local()
+
+
+def _failed_call(exc: BaseException) -> tuple[Watched, tuple[Any, ...], dict[str, Any]] | None:
+    """(watched function, args, kwargs) of the innermost call of a watched jitted function
+    on `exc`'s way out; None where none was. Read from its frame once the call has ended;
+    while the call is still handling the error, from what it handed over: reading a running
+    frame's locals would keep the error, and the failed try's arrays, alive (see
+    `running_frames`)."""
+    from memdoc.collectors.base import running_frames
+
+    frame = _innermost_call(exc)
+    if frame is None:
+        return None
+    if id(frame) in running_frames():
+        call: tuple[Watched, tuple[Any, ...], dict[str, Any]] | None
+        call = getattr(_FAILING, "call", None)
+        return call
+    found = frame.f_locals
+    watched = found.get("self")
+    return (watched, found.get("args", ()), found.get("kwargs", {})) if watched else None
 
 
 def _innermost_call(exc: BaseException) -> Any:

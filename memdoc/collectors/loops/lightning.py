@@ -104,8 +104,7 @@ def _recording_oom(is_oom_error: Any) -> Any:
     def is_oom_error_recorded(exception: BaseException) -> Any:
         answer = is_oom_error(exception)
         if answer and hub.listening():
-            tried = sys._getframe(1).f_locals.get("new_size")
-            hub.caught(exception, batch_size=tried, finder=SOURCE)
+            hub.caught(exception, finder=SOURCE)
         return answer
 
     return is_oom_error_recorded

@@ -98,10 +98,7 @@ def _recording_oom(should_reduce: Any) -> Any:
     def should_reduce_batch_size(exception: BaseException) -> Any:
         answer = should_reduce(exception)
         if answer and hub.listening():
-            tried = sys._getframe(1).f_locals.get("batch_size")
-            hub.caught(
-                exception, batch_size=tried if isinstance(tried, int) else None, finder=FINDER
-            )
+            hub.caught(exception, finder=FINDER)
         return answer
 
     return should_reduce_batch_size
