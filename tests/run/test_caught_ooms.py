@@ -303,3 +303,30 @@ def test_a_retry_loop_that_halves_its_batch_has_its_caught_backward_oom_recorded
     # Three steps at the size that trained; a larger size may take a step or two before it
     # runs out (how much the heap holds when the next step starts varies with the machine).
     assert 3 <= len(trace.steps()) <= 3 + 2 * failures
+
+
+def test_a_retry_loop_that_empties_the_cache_has_every_caught_oom_recorded(
+    tmp_path: Path,
+) -> None:
+    _needs("torch")
+    # The same loop, its handler written for a GPU: `torch.cuda.empty_cache()` before it
+    # halves the batch (a no-op on a CPU). Every error, the forward passes' too, is seen in
+    # the handler on any Python (before 3.12, only the backward pass's was, on its way out).
+    handler = "except RuntimeError:\n        torch.cuda.empty_cache()\n"
+    program = HALVING_LOOP.replace("except RuntimeError:\n", handler)
+    assert program != HALVING_LOOP
+    (tmp_path / "halving.py").write_text(program)
+
+    run = run_memdoc(
+        "run", "-q", "-o", "t.memdoc", "halving.py", cwd=tmp_path, timeout=180,
+        env=STEADY_MALLOC_ENV,
+    )  # fmt: skip
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    trained = int(run.stdout.split(b"trained at")[1])
+    failures = (2048 // trained).bit_length() - 1
+    assert failures >= 2  # the backward pass's at 2048, and a forward pass's at least
+    ooms = load_trace(tmp_path / "t.memdoc").oom_events()
+    assert len(ooms) == failures, [e.data["oom"]["requested_bytes"] for e in ooms]
+    assert all(e.data["where"] == "caught" and e.data["handled"] for e in ooms)
+    assert all(any("halving.py" in f for f in e.data["stack"]) for e in ooms)

@@ -27,9 +27,9 @@ def install_loop_hooks() -> None:
     if _installed.is_set():
         return
     _installed.set()
-    from memdoc.collectors.loops import jax, keras, lightning, transformers
+    from memdoc.collectors.loops import handlers, jax, keras, lightning, transformers
 
-    for module in (keras, jax, lightning, transformers):
+    for module in (keras, jax, lightning, transformers, handlers):
         module.install()
 
 

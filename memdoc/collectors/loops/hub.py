@@ -66,6 +66,15 @@ def raised(exc: BaseException, depth: int = 1) -> None:
             note_raised(_each(), exc, depth=depth + 1)
 
 
+def handling(exc: BaseException) -> None:
+    """The program called what an OOM handler calls while it handled `exc`: every session
+    notes it, in case it is a memory error (noted once, whatever else saw it too)."""
+    if isinstance(exc, Exception) and _sessions:
+        for session in _each():
+            with contextlib.suppress(Exception):
+                session.note_raised(exc)
+
+
 def step(source: str, **data: Any) -> None:
     """A step of a framework's loop, to every session. A session may end the program here
     (a headroom probe stops after N steps by raising SystemExit): that is let through."""

@@ -1,0 +1,45 @@
+"""What an out-of-memory handler calls: `torch.cuda.empty_cache()`, before it tries again.
+
+Python 3.12 tells memdoc of every exception the program catches. Before 3.12 there is no
+cheap way to see one, and a memory error raised in a forward pass, which no call memdoc
+wraps leaves, is seen only if something happens while the handler holds it: a garbage
+collection (`memdoc run` watches them), or a call an OOM handler makes. The usual one
+returns the cached blocks to the device before the retry, on CUDA or on any accelerator
+(`torch.accelerator.empty_cache()`); code written for both devices calls it on a CPU too,
+where it does nothing. memdoc wraps those functions: each call passes through unchanged,
+after one `sys.exc_info()`; with a memory error in hand, every session notes it, written
+as caught at the program's next step (`Session.note_raised`).
+"""
+
+from __future__ import annotations
+
+import sys
+from types import ModuleType
+from typing import Any
+
+from memdoc.collectors.loops import hub
+from memdoc.collectors.loops.imports import when_imported
+
+# The namespaces of PyTorch whose `empty_cache` a handler calls.
+_CACHES = ("torch.cuda", "torch.accelerator", "torch.mps", "torch.xpu")
+
+
+def install() -> None:
+    when_imported("torch", _patch)
+
+
+def _patch(torch: ModuleType) -> None:
+    for name in _CACHES:
+        namespace = sys.modules.get(name)
+        if namespace is not None:
+            hub.wrap(namespace, "empty_cache", _noting)
+
+
+def _noting(empty_cache: Any) -> Any:
+    def empty_cache_noting(*args: Any, **kwargs: Any) -> Any:
+        in_hand = sys.exc_info()[1]
+        if in_hand is not None:
+            hub.handling(in_hand)
+        return empty_cache(*args, **kwargs)
+
+    return empty_cache_noting
