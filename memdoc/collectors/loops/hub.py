@@ -30,6 +30,7 @@ _WRAPPED = "__memdoc_wrapped__"
 _lock = threading.Lock()
 _sessions: list[SessionHandle] = []
 _phases: list[str] = []
+_plans_said: list[dict[str, int]] = []  # the plan the last phase mark or plan mark said
 
 
 def subscribe(session: SessionHandle) -> None:
@@ -163,9 +164,10 @@ def enter(
     what fills once in the first epoch is told from a leak. The mark carries the process's
     own memory at that instant, so that what a phase kept is measured exactly however
     short it was."""
+    plan = _plan(planned_steps, epoch_steps)
     with _lock:
         _phases.append(phase)
-    plan = _plan(planned_steps, epoch_steps)
+        _plans_said[:] = [plan]
     mark(phase, phase=phase, source=source, grad_enabled=grad_enabled, **plan, **_memory())
 
 
@@ -174,7 +176,11 @@ def planned(source: str, planned_steps: int | None, epoch_steps: int | None = No
     (Lightning and the `Trainer` count their steps from the data they set up inside it): a
     mark of its own, not a phase mark, read by the forecast as a phase mark's plan is."""
     plan = _plan(planned_steps, epoch_steps)
-    if not plan or not listening():
+    with _lock:
+        if not plan or plan in _plans_said:  # the phase's mark said it (a finder's trial)
+            return
+        _plans_said[:] = [plan]
+    if not listening():
         return
     words = f"{plan['planned_steps']:,} steps planned"
     if "epoch_steps" in plan:
