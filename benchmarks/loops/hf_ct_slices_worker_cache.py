@@ -12,8 +12,9 @@ process has its own copy of the dataset and of that cache, and the Trainer's shu
 sampler sends each worker slices of new scans nearly every time: a batch of 16 slices adds
 about 64 MiB to the worker that builds it, and none is ever evicted. The main process
 stays flat, with the model and AdamW's state under 20 MiB; each worker grows by 64 MiB a
-batch until one runs out of memory (1 GiB for the job) after a dozen or so batches, and
-the Trainer fails with the worker's error. (Extract the downsampled slices to files once,
+batch until one reaches the 1 GiB cap it inherited from the main process, after a dozen or
+so batches each (about 30 training steps), and the Trainer fails with the worker's
+MemoryError. (Extract the downsampled slices to files once,
 before training, and let the workers read one slice an example, or drop the cache and
 decode the scan each time: the workers then hold only the batches in flight, and it trains
 under the same cap.)

@@ -5,12 +5,12 @@ far larger than the model.
 The model reads a basket as a multi-hot vector over 8192 products, averages their
 256-dimensional embeddings (an 8192 x 256 table, 8 MiB), passes the result through a
 hidden layer of 512, and scores all 8192 products for the next purchase (a 512 x 8192
-output matrix, 16 MiB): 6.4 million weights, 25 MiB. The optimizer is Shampoo (Gupta et
+output matrix, 16 MiB): 6.4 million weights, 24 MiB. The optimizer is Shampoo (Gupta et
 al., 2018) with AdaGrad grafting, written by hand: for every weight matrix of m x n it
 keeps a left statistic (m x m) and a right one (n x n), accumulated from G G^T and G^T G,
 and their inverse fourth roots, recomputed every 20 steps. For the embedding table the
 left ones are 8192 x 8192, and for the output matrix the right ones: four matrices of
-256 MiB, 1 GiB of optimizer state for a 25 MiB model, against 768 MiB of memory. It runs
+256 MiB, 1 GiB of optimizer state for a 24 MiB model, against 768 MiB of memory. It runs
 out while creating the statistics, before the first jitted step, though the model, its
 gradients and a batch's activations take under 100 MiB. (Blocked Shampoo, which splits
 every dimension over 1024 into blocks of 1024 with a preconditioner each, keeps eight

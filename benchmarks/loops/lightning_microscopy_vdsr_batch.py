@@ -8,12 +8,12 @@ Each example is a 128 x 128 crop of a high-resolution image of labelled puncta a
 resolution, learning the residual. The weights are small (about 0.67 million, 2.6 MiB),
 but every layer's 64 x 128 x 128 feature map is 4 MiB an image, and autograd keeps one
 a layer for the backward pass (the ReLU's output, which is the next convolution's input):
-at a batch of 16 that is 64 MiB a layer, 1.25 GiB for the 20 layers, and each convolution
-also unfolds its input (576 x 16,384 floats an image, 576 MiB for the batch) while it runs.
-Against 1 GiB of memory the first training step runs out a few layers into the forward
-pass. (A batch of 2, 160 MiB of kept feature maps and 72 MiB for an unfolded input,
-trains under the same cap; so would running the convolutions at the low resolution and
-upsampling at the end, as ESPCN and EDSR do, 16 times less.)
+at a batch of 16 that is 64 MiB a layer, 1.25 GiB for the 20 layers, with another 64 MiB
+map in flight. Against 1 GiB of memory the first training step runs out in its forward
+pass, a dozen or so layers in, though the weights and Adam's state take under 10 MiB. (A
+batch of 2, 160 MiB of kept feature maps, trains under the same cap; so would running the
+convolutions at the low resolution and upsampling at the end, as ESPCN and EDSR do, 16
+times less.)
 """
 
 from __future__ import annotations
