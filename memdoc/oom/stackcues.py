@@ -79,6 +79,29 @@ OPTIMIZER_STATE_INIT: Places = (
         r"_init_group|_init_state|init_state|_lazy_init|_create_slots|add_slot|build",
     ),
 )
+# A program's own function that makes an optimizer's state (`init_shampoo`, `adam_init`,
+# `create_opt_state`): a hand-written optimizer, outside any library's files.
+OPTIMIZER_WORDS = (
+    "optimizer",
+    "optimiser",
+    "opt state",
+    "optim state",
+    "adam",
+    "adamw",
+    "adagrad",
+    "adafactor",
+    "adadelta",
+    "rmsprop",
+    "shampoo",
+    "lamb",
+    "lars",
+    "lion",
+    "sophia",
+    "muon",
+    "momentum",
+    "sgd",
+)
+MAKING_WORDS = ("init", "initialize", "initialise", "create", "make", "build", "new")
 # The Hugging Face `Trainer` adding an evaluation batch's outputs to all those it has kept
 # since the evaluation began (for `compute_metrics`).
 GATHERING_OUTPUTS: Places = (
@@ -183,6 +206,7 @@ class StackCues:
     collective: bool = False  # a distributed collective
     optimizer: bool = False  # an optimizer's code
     making_optimizer_state: bool = False  # an optimizer creating its per-parameter state
+    own_optimizer_state: str | None = None  # the program's own frame making one's state
     optimizer_closure: bool = False  # a closure the optimizer's step called (the step's pass)
     cuda_graph_capture: bool = False  # capturing or replaying a CUDA graph
     gathering_outputs: bool = False  # a loop adding a batch's outputs to those it kept
@@ -199,6 +223,16 @@ def stack_cues(stack: Sequence[str]) -> StackCues:
         return StackCues()
     functions = [frame_parts(frame)[2] for frame in stack]
     files = [frame_parts(frame)[0] for frame in stack]
+    own_optimizer_state = next(
+        (
+            frame
+            for frame, function in zip(reversed(stack), reversed(functions), strict=True)
+            if has_words(function, OPTIMIZER_WORDS)
+            and has_words(function, MAKING_WORDS)
+            and _own_code(frame)
+        ),
+        None,
+    )
     return StackCues(
         phase=_phase(stack),
         computing_loss=_runs_in(stack, LOSS),
@@ -214,8 +248,10 @@ def stack_cues(stack: Sequence[str]) -> StackCues:
             in_file(file, _COLLECTIVE_FILES) and has_words(function, COLLECTIVE_WORDS)
             for file, function in zip(files, functions, strict=True)
         ),
-        optimizer=_runs_in(stack, OPTIMIZER),
-        making_optimizer_state=_runs_in(stack, OPTIMIZER_STATE_INIT),
+        optimizer=_runs_in(stack, OPTIMIZER) or own_optimizer_state is not None,
+        making_optimizer_state=_runs_in(stack, OPTIMIZER_STATE_INIT)
+        or own_optimizer_state is not None,
+        own_optimizer_state=own_optimizer_state,
         optimizer_closure=_optimizer_closure(files, functions),
         cuda_graph_capture=_any_named(functions, CAPTURE_WORDS),
         gathering_outputs=_runs_in(stack, GATHERING_OUTPUTS),
@@ -277,13 +313,15 @@ def _eval_script(frame: str) -> bool:
 
 
 def _model_caller(stack: Sequence[str]) -> str | None:
-    """The innermost frame of the program's own code (not a library's, not memdoc's) that
-    is not the model's own call: the code that called the model."""
+    """The innermost frame of the program's own code that is not the model's own call: the
+    code that called the model."""
     for frame in reversed(stack):
-        path, _, function = frame_parts(frame)
-        path = path.replace("\\", "/")
-        if any(part in path for part in _LIBRARY_PATHS) or path.startswith("memdoc/"):
-            continue
-        if function not in _MODEL_CALLS:
+        if _own_code(frame) and frame_parts(frame)[2] not in _MODEL_CALLS:
             return frame
     return None
+
+
+def _own_code(frame: str) -> bool:
+    """A frame of the program's own code: not an installed library's, not memdoc's."""
+    path = frame_parts(frame)[0].replace("\\", "/")
+    return not any(part in path for part in _LIBRARY_PATHS) and not path.startswith("memdoc/")

@@ -69,6 +69,27 @@ def test_an_optimizer_making_its_state_and_a_closure_it_called() -> None:
 
 
 @pytest.mark.parametrize(
+    ("function", "made"),
+    [
+        pytest.param("init_shampoo", True, id="init-shampoo"),
+        pytest.param("adam_init", True, id="adam-init"),
+        pytest.param("create_opt_state", True, id="create-opt-state"),
+        pytest.param("init_params", False, id="the-model's-weights"),
+        pytest.param("update_momentum", False, id="an-update-not-a-making"),
+    ],
+)
+def test_the_programs_own_function_making_an_optimizers_state(function: str, made: bool) -> None:
+    eye = "site-packages/jax/_src/numpy/lax_numpy.py:5771:eye"
+    found = cues("train.py:141:main", f"train.py:80:{function}", "train.py:73:for_weight", eye)
+    assert found.making_optimizer_state is made and found.optimizer is made
+    assert found.own_optimizer_state == (f"train.py:80:{function}" if made else None)
+    # The same name in a library's file is not the program's own optimizer.
+    assert cues("train.py:141:main", f"site-packages/lib/opt.py:80:{function}", eye) == cues(
+        "train.py:141:main", "site-packages/lib/opt.py:80:other", eye
+    )
+
+
+@pytest.mark.parametrize(
     ("frame", "loading"),
     [
         pytest.param(f"{TORCH}/serialization.py:1384:load", True, id="torch-load"),

@@ -11,6 +11,7 @@ from memdoc.rules.facts import (
     Failure,
     innermost_frames,
     said,
+    short_frame,
 )
 from memdoc.rules.spec import (
     RuleSpec,
@@ -158,7 +159,12 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
             return None
         creating = fail.stack_cues.making_optimizer_state
         first = not facts.is_text_only and not facts.stepped_before(fail.t)
-        if creating and first:
+        if creating and first and fail.stack_cues.own_optimizer_state is not None:
+            summary = (
+                "The error happened while the program created its optimizer's state, before "
+                "its first step had finished."
+            )
+        elif creating and first:
             summary = (
                 "The error happened while the optimizer created its state, in the first step: "
                 "forward and backward fitted, the state did not."
@@ -166,6 +172,9 @@ during the update. A model that trains comfortably with SGD can fail with Adam.
         else:
             summary = "The error happened while the optimizer created or updated its state."
         evidence = [Evidence(f"failed in: {innermost_frames(fail, 1)}")] if fail.stack else []
+        if fail.stack_cues.own_optimizer_state is not None:
+            made_in = short_frame(fail.stack_cues.own_optimizer_state)
+            evidence.append(Evidence(f"the optimizer's state made in: {made_in}"))
         return self.finding(
             facts,
             Signals.of(LIKELY, creating_state_at_first_step=creating and first),
