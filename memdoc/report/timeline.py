@@ -13,6 +13,7 @@ from memdoc.rules.facts import (
     baseline_trend,
     framework_name,
     host_curve,
+    job_host_curve,
     step_curve,
 )
 from memdoc.trace import EventKind, Metric, Series, StepStat, Trace
@@ -202,6 +203,9 @@ def step_tables(trace: Trace) -> list[StepTable]:
     host = host_curve(trace)
     if host is not None:
         curves.append(host)
+    job = job_host_curve(trace) if host is not None and host.pid is not None else None
+    if job is not None:
+        curves.append(job)  # the training process's own, then its whole job's
     return [_table(trace, curve) for curve in curves]
 
 

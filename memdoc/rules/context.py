@@ -27,6 +27,15 @@ from memdoc.trace.reader import Series, Trace
 _T = TypeVar("_T")
 
 
+@dataclass(frozen=True)
+class ProcessGrowth:
+    """The processes of a job whose own memory grew step after step: (curve, trend, last
+    value, steps it then held for) of each, the training ones and those beside them."""
+
+    training: list[tuple[Curve, Trend, float, int]]
+    beside: list[tuple[Curve, Trend, float, int]]
+
+
 @dataclass(frozen=True, eq=False)
 class Facts:
     """The named questions rules ask of one trace. The trace must not change while rules
@@ -141,6 +150,26 @@ class Facts:
 
     def rank_curves(self) -> list[tuple[int, Curve]]:
         return _facts.rank_curves(self.trace)
+
+    def process_curves(self) -> list[tuple[bool, Curve]]:
+        return self._once(("process_curves",), lambda: _facts.process_curves(self.trace))
+
+    def process_growth(self) -> ProcessGrowth | None:
+        """Whose memory grew step after step, in a job of several processes sampled on their
+        own: those that report steps (the training loop) and those beside them (DataLoader
+        workers filling their copies of a dataset's cache, a tokenizer's pool). None for a
+        single process, or where no process reported steps."""
+
+        def answer() -> ProcessGrowth | None:
+            training, beside, count = [], [], 0
+            for stepped, curve in self.process_curves():
+                fitted = self.steady_growth(curve, None)
+                count += stepped
+                if fitted is not None:
+                    (training if stepped else beside).append((curve, *fitted))
+            return ProcessGrowth(training, beside) if count else None
+
+        return self._once(("process_growth",), answer)
 
     def rank_peaks(self) -> dict[int, float]:
         """{rank: the most memory of its own it held}, for a trace of several ranks."""

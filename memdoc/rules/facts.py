@@ -387,7 +387,18 @@ def step_curve(trace: Trace, device: int | None = None) -> Curve | None:
 
 
 def host_curve(trace: Trace) -> Curve | None:
-    """The process tree's host memory at step boundaries, as `host_curve_metric` picks it."""
+    """The host memory at step boundaries, as `host_curve_metric` picks it: the training
+    process's own, in a job of several processes sampled on their own of which one reports
+    steps (DataLoader workers beside it: the tree's total also moves as they start and end,
+    and grows with what they hold); else the process tree's (`job_host_curve`)."""
+    training = [curve for stepped, curve in process_curves(trace) if stepped and curve.steps]
+    if len(training) == 1 and len(trace.stepping_pids()) == 1:
+        return training[0]
+    return job_host_curve(trace)
+
+
+def job_host_curve(trace: Trace) -> Curve | None:
+    """The process tree's host memory at step boundaries."""
     host = host_curve_metric(trace)
     if host is None:
         return None
@@ -433,6 +444,30 @@ def rank_curves(trace: Trace) -> list[tuple[int, Curve]]:
         )
         out.append((rank, Curve(label, metric, None, pid, trace.per_step(metric, None, pid))))
     return sorted(out, key=lambda rc: rc[0]) if len({r for r, _ in out}) >= 2 else []
+
+
+def process_curves(trace: Trace) -> list[tuple[bool, Curve]]:
+    """(whether it reported steps, its own host memory at step boundaries) for each process
+    of the job sampled on its own, when there are two or more: the processes that train,
+    and those beside them (DataLoader workers, a tokenizer's pool, other ranks)."""
+    stepping = trace.stepping_pids()
+    out = []
+    for process in trace.processes(ours=True):
+        metric = host_curve_metric(trace, process.pid)
+        if metric is None:
+            continue
+        stepped = process.pid in stepping
+        who = "the training process" if stepped else f"process {process.pid}"
+        label = f"host memory {who} owns" if metric == Metric.HOST_ANON else f"host RSS of {who}"
+        curve = Curve(
+            label,
+            metric,
+            None,
+            process.pid,
+            trace.per_step(metric, None, process.pid),
+        )
+        out.append((stepped, curve))
+    return out if len(out) >= 2 else []
 
 
 def rank_peaks(trace: Trace) -> dict[int, float]:

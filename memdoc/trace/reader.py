@@ -398,6 +398,10 @@ class Trace:
     def event_count(self) -> int:
         return len(self._events)
 
+    def stepping_pids(self) -> set[int]:
+        """Every process that reported steps (`steps()` counts the first one's)."""
+        return {pid for pid in self._events.view(EventKind.STEP).pids() if pid is not None}
+
     def steps(self) -> EventView:
         """Step boundaries. When several processes report steps, the first reporter's count;
         when that process marked steps itself, only those (not the optimizer's as well).

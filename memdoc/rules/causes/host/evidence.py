@@ -31,6 +31,7 @@ def error_evidence(facts: Facts, fail: Failure, pressure: Pressure | None) -> li
         return evidence
     evidence.extend(pressure_evidence(pressure))
     evidence.extend(_dead_processes(facts, fail))
+    evidence.extend(_growth_beside_the_steps(facts))
     resident = facts.resident_at_failure(fail)
     if limits and limits[0].label.startswith("address-space") and resident:
         cap = bytes_evidence(limits[0].label, limits[0].limit_bytes)
@@ -38,6 +39,21 @@ def error_evidence(facts: Facts, fail: Failure, pressure: Pressure | None) -> li
             evidence.append(cap)
         evidence.append(bytes_evidence("resident memory of the failing process", resident))
     return evidence
+
+
+def _growth_beside_the_steps(facts: Facts) -> list[Evidence]:
+    """The memory that grew in the processes beside the training one, which did not grow."""
+    growth = facts.process_growth()
+    if growth is None or growth.training or not growth.beside:
+        return []
+    grew = growth.beside
+    per_step = sum(g[1].robust_slope_per_step for g in grew)
+    label = f"growth per step of {len(grew)} process{'es' if len(grew) > 1 else ''} beside"
+    held = sum(max((s.baseline or 0.0) for s in g[0].steps) for g in grew)
+    return [
+        bytes_evidence(f"{label} the training process, which held flat", per_step),
+        bytes_evidence("the most they held of their own", held),
+    ]
 
 
 def _dead_processes(facts: Facts, fail: Failure) -> list[Evidence]:
