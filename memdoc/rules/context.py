@@ -161,7 +161,9 @@ class Facts:
         single process, or where no process reported steps."""
 
         def answer() -> ProcessGrowth | None:
-            training, beside, count = [], [], 0
+            training: list[tuple[Curve, Trend, float, int]] = []
+            beside: list[tuple[Curve, Trend, float, int]] = []
+            count = 0
             for stepped, curve in self.process_curves():
                 fitted = self.steady_growth(curve, None)
                 count += stepped
