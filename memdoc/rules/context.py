@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from memdoc.rules import facts as _facts
 from memdoc.rules import host as _host
@@ -69,6 +69,12 @@ class Facts:
         failure's (retries inside an `except` block), oldest first."""
         fail = self.failure
         return [] if fail is None else _facts.handled_when_raised(self.trace, fail)
+
+    @cached_property
+    def modules_in_hand(self) -> list[dict[str, Any]]:
+        """The module each recorded memory error came out of (`module_in_hand`), in order:
+        {} for an error that named none."""
+        return [_facts.mapping(e.data.get("module_in_hand")) for e in self.trace.oom_events()]
 
     @cached_property
     def root_pid(self) -> int | None:

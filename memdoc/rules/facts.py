@@ -159,13 +159,13 @@ def failure(trace: Trace) -> Failure | None:
         host=_host_numbers(event),
         jitted_call=_text_or_none(event.data.get("jitted_call")),
         compiled=_byte_counts(event.data.get("compiled_memory")),
-        module=_mapping(event.data.get("module_in_hand")),
-        model=_mapping(event.data.get("model_in_hand")),
+        module=mapping(event.data.get("module_in_hand")),
+        model=mapping(event.data.get("model_in_hand")),
         optimizer_state_bytes=_byte_count(event.data.get("optimizer_state_bytes")),
     )
 
 
-def _mapping(value: object) -> dict[str, Any]:
+def mapping(value: object) -> dict[str, Any]:
     """A mapping read from a trace, with text keys; {} for anything else."""
     return {str(k): v for k, v in value.items()} if isinstance(value, Mapping) else {}
 

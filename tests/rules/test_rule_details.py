@@ -281,6 +281,21 @@ def test_a_request_under_an_address_space_cap_larger_than_all_the_data_held_is_o
     assert "activations-too-large" in [f.rule for f in found[1:3]]
 
 
+def test_a_finder_whose_every_error_recorded_a_graph_in_evaluation_names_no_grad_first() -> None:
+    # accelerate's finder searched an encoder's embedding size without no_grad: 12 caught
+    # errors, each out of the encoder's forward in evaluation mode with a graph recorded.
+    trace = load_trace(
+        RULE_FIXTURES
+        / "eval-without-no-grad"
+        / "likely-finder-embeds-recording-a-graph-at-every-size.memdoc"
+    )
+
+    found = diagnose(trace)
+
+    assert [f.rule for f in found[:2]] == ["eval-without-no-grad", "activations-too-large"]
+    assert "every error recorded a graph" in found[0].reasons
+
+
 @pytest.mark.parametrize(
     ("used", "fires"),
     [

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from memdoc.oom.names import has_stem
 from memdoc.rules.base import Evidence, Finding, Fix
@@ -151,10 +153,13 @@ graph alive for as long as they are referenced, for example in a list of predict
         ]
         first_step = not facts.is_text_only and not facts.stepped_before(fail.t)
         phase = None if facts.is_text_only else facts.phase_at(fail.t, fail.pid)
+        modules = [] if facts.is_text_only else facts.modules_in_hand
         signals = Signals.of(
             LIKELY,
             in_the_first_step=first_step,
             outside_a_loops_evaluation=phase is None or phase.name != "eval",
+            every_error_recorded_a_graph=len(modules) >= 2
+            and all(_recording_in_evaluation(m) for m in modules),
         )
         return self.finding(
             facts,
@@ -301,7 +306,10 @@ graph alive for as long as they are referenced, for example in a list of predict
 
 def _evaluating_with_a_graph(fail: Failure) -> bool:
     """The forward that ran out was a model's in evaluation mode, recording a graph."""
-    module = fail.module
+    return _recording_in_evaluation(fail.module)
+
+
+def _recording_in_evaluation(module: Mapping[str, Any]) -> bool:
     return module.get("training") is False and module.get("recording_graph") is True
 
 
