@@ -262,8 +262,22 @@ heaviest rank sets the limit for the whole job.
             f"({format_bytes(low)})"
             + (f", and rank {top_rank} ran out." if failed == top_rank else ".")
         )
-        signals = Signals.of(LIKELY, top_rank_failed_first=failed == top_rank)
         fail = facts.failure
+        # Evened out, the rank that ran out would hold the ranks' mean: if that frees more
+        # than it asked for, balancing the ranks changes the outcome.
+        excess = high - sum(peaks.values()) / len(peaks)
+        request = fail.oom.requested_bytes if fail is not None and failed == top_rank else None
+        evened_fits = bool(request) and excess >= (request or 0)
+        if evened_fits:
+            summary += (
+                f" Evened out, each rank would hold about {format_bytes(high - excess)}: "
+                f"{format_bytes(excess)} less than rank {top_rank}, more than the "
+                f"{format_bytes(request)} it asked for."
+            )
+            evidence.append(bytes_evidence(f"rank {top_rank} above the ranks' mean", excess))
+        signals = Signals.of(
+            LIKELY, top_rank_failed_first=failed == top_rank, evened_out_it_fits=evened_fits
+        )
         if failed == top_rank and fail is not None and fail.stack_cues.loading_checkpoint:
             # What only that rank loaded is the difference: the load is the cause to look at.
             summary += " It ran out loading a checkpoint, which the other ranks did not hold."

@@ -281,6 +281,19 @@ def test_a_request_under_an_address_space_cap_larger_than_all_the_data_held_is_o
     assert "activations-too-large" in [f.rule for f in found[1:3]]
 
 
+def test_a_rank_that_ran_out_holding_far_more_than_the_others_is_named_first() -> None:
+    # torchrun, two ranks: rank 0 gets every protein graph, 4.5x rank 1's peak, and runs out
+    # in its first forward pass asking for 8 MiB; the ranks' mean is 503 MiB below its peak.
+    trace = load_trace(
+        RULE_FIXTURES / "rank-memory-skew" / "likely-torchrun-rank0-gets-every-protein.memdoc"
+    )
+
+    found = diagnose(trace)
+
+    assert [f.rule for f in found[:2]] == ["rank-memory-skew", "activations-too-large"]
+    assert "evened out it fits" in found[0].reasons
+
+
 def test_a_finder_whose_every_error_recorded_a_graph_in_evaluation_names_no_grad_first() -> None:
     # accelerate's finder searched an encoder's embedding size without no_grad: 12 caught
     # errors, each out of the encoder's forward in evaluation mode with a graph recorded.
