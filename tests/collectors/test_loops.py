@@ -127,6 +127,17 @@ def test_a_finder_tries_again_with_nothing_of_the_failed_try_alive(tmp_path: Pat
 
 
 @pytest.mark.slow
+def test_the_trainers_auto_find_batch_size_trains_as_it_does_alone(tmp_path: Path) -> None:
+    # memdoc once bound accelerate's finder over the Trainer's own, which takes other
+    # parameters: the Trainer's search died with "'bool' object is not callable".
+    out, trace = _stdout(tmp_path, "hf_auto_find.py")
+    assert out.strip().splitlines()[-1] == "trained at 19"
+    assert [e.data["batch_size"] for e in trace.oom_events()] == [32, 28, 25, 22]
+    search = batch_search(trace)
+    assert search is not None and search.finder == "accelerate" and search.trained == 19
+
+
+@pytest.mark.slow
 def test_a_caught_jax_oom_is_recorded_and_leaves_nothing_of_the_failed_try_alive(
     tmp_path: Path,
 ) -> None:

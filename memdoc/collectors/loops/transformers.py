@@ -82,7 +82,9 @@ def _patch_accelerate(memory: ModuleType) -> None:
 
 def _rebind_finder_names() -> None:
     """The finder's names bound elsewhere before memdoc wrapped them (accelerate imported
-    before the session started; the trainer imports `should_reduce_batch_size` by name)."""
+    before the session started), where they are still accelerate's own functions: the
+    `Trainer` has a `find_executable_batch_size` of its own, with other parameters, which
+    calls accelerate's by its module."""
     memory = sys.modules.get("accelerate.utils.memory")
     if memory is None:
         return
@@ -90,7 +92,12 @@ def _rebind_finder_names() -> None:
         owner = sys.modules.get(name)
         for attr in ("should_reduce_batch_size", "find_executable_batch_size"):
             wrapped = getattr(memory, attr, None)
-            if owner is not None and hasattr(owner, attr) and wrapped is not None:
+            original = getattr(wrapped, "__wrapped__", None)
+            if (
+                owner is not None
+                and original is not None
+                and getattr(owner, attr, None) is original
+            ):
                 setattr(owner, attr, wrapped)
 
 
