@@ -6,14 +6,18 @@ shape[262144,64]": the batch is the first dimension) and prints its allocator's 
 
 On CPU, TensorFlow's host allocator is switched to its BFC allocator with a 256 MiB limit
 (the same allocator and error as on a GPU); this must happen before TensorFlow is imported.
+As a GPU has no memory beyond its own, the process is then held to an address-space cap
+that leaves it little more than that limit: the allocator's limit is all it could have.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 from pathlib import Path
 
 HOST_LIMIT_MB = 256
+BEYOND_LIMIT_MB = 32  # the process's room beyond the allocator's limit, on CPU
 
 
 def gpu_visible() -> bool:
@@ -44,6 +48,14 @@ def memory_bytes() -> int:
     return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).total)
 
 
+def hold_address_space(budget: int) -> None:
+    """Allow this process `budget` bytes more address space than it maps now."""
+    with open("/proc/self/statm") as statm:
+        mapped = int(statm.read().split()[0]) * resource.getpagesize()
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (mapped + budget, hard))
+
+
 def make_model() -> tf.keras.Model:
     layers = [tf.keras.Input((FEATURES,))]
     layers += [tf.keras.layers.Dense(HIDDEN, activation="relu") for _ in range(DEPTH)]
@@ -63,6 +75,11 @@ def main() -> None:
     features = np.random.default_rng(0).standard_normal((rows, FEATURES), dtype=np.float32)
     labels = np.random.default_rng(1).integers(0, CLASSES, rows)
     model = make_model()
+    if not gpu_visible():
+        # Kernels and thread pools started by a small batch first; then no more room than
+        # the allocator's limit (and a little for the rest of the program).
+        model.fit(features[:64], labels[:64], batch_size=64, epochs=1, verbose=0)
+        hold_address_space((HOST_LIMIT_MB + BEYOND_LIMIT_MB) << 20)
     print(f"fitting with batch_size={batch_size}", flush=True)
     model.fit(features, labels, batch_size=batch_size, epochs=2, verbose=2)
 

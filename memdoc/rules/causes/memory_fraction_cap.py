@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memdoc.kinds import OomKind
+from memdoc.kinds import LimitKind, OomKind
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
 from memdoc.rules.context import Facts
@@ -172,8 +172,15 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
             return None
         held = _cpu_allocator_held(fail)
         requested = oom.requested_bytes
-        if _short_of_cap(held, requested, limit):
+        # A graph's error is read after it released its tensors: what was held when the
+        # request failed is at most the allocator's peak, and only if even that and the
+        # request stay under the cap was the cap not what refused it.
+        peak = cpu_allocator_said(fail.stats, "peak_bytes")
+        reached = peak if peak is not None and (held is None or peak > held) else held
+        if _short_of_cap(reached, requested, limit):
             return None  # the cap was not what stopped this request
+        if _no_room_beyond(facts, fail, requested):
+            return None  # a higher limit had nowhere to go: the process's own cap was full
         available = facts.sum_at(Metric.HOST_AVAILABLE, None, fail.t)
         room = available is not None and requested is not None and available >= requested
         evidence: list[Evidence] = [
@@ -182,6 +189,8 @@ of the device, so a JAX program can run out with a quarter of the GPU untouched.
         ]
         if held is not None:
             evidence.append(bytes_evidence("held by the allocator", held))
+        if reached is not None and reached != held:
+            evidence.append(bytes_evidence("the most the allocator held", reached))
         if available is not None:
             evidence.append(bytes_evidence("available on the host", available))
         name = framework_name(oom.framework)
@@ -339,6 +348,23 @@ def _short_of_cap(held: float | None, requested: int | None, limit: float) -> bo
     refused it. The message rounds its figures (to 0.01 of a unit): within that, the cap
     was reached. False where either is unknown."""
     return held is not None and requested is not None and held + requested < limit * ROUNDED
+
+
+def _no_room_beyond(facts: Facts, fail: Failure, requested: int | None) -> bool:
+    """The failing process's own address-space cap left it less room than the request at
+    the error: raising its allocator's limit could not have made the request fit."""
+    cap = next(
+        (
+            limit
+            for limit in facts.host_limits(fail.pid, fail.host)
+            if limit.kind == LimitKind.RLIMIT_AS
+        ),
+        None,
+    )
+    space = facts.address_space_at_failure(fail)
+    if cap is None or space is None or not requested:
+        return False
+    return cap.limit_bytes - space < requested
 
 
 def _cpu_allocator_held(fail: Failure) -> float | None:
