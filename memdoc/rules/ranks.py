@@ -7,7 +7,7 @@ import dataclasses
 from memdoc.rules.base import Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, Signals
 from memdoc.rules.context import Facts
-from memdoc.rules.facts import GPU_FRAMEWORKS, series_named
+from memdoc.rules.facts import GPU_FRAMEWORKS, Failure, series_named
 from memdoc.rules.spec import (
     RuleSpec,
     bytes_evidence,
@@ -282,7 +282,18 @@ heaviest rank sets the limit for the whole job.
             # What only that rank loaded is the difference: the load is the cause to look at.
             summary += " It ran out loading a checkpoint, which the other ranks did not hold."
             signals = signals.at_most(POSSIBLE)
+        elif failed == top_rank and fail is not None and _evaluating(fail):
+            # An evaluation on that rank alone (rank 0 scores the validation set) is the
+            # difference: what the evaluation holds is the cause to look at.
+            summary += " It ran out evaluating, as a rank that evaluates alone does."
+            signals = signals.at_most(POSSIBLE)
         return self.ranked(self.finding(facts, signals, summary, evidence), top_rank)
+
+
+def _evaluating(fail: Failure) -> bool:
+    """The error came out of evaluation: a function named for it, or a model's forward in
+    evaluation mode."""
+    return fail.stack_cues.evaluation or fail.module.get("training") is False
 
 
 def _least_skew(facts: Facts) -> float:
