@@ -76,6 +76,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="record PyTorch allocation history (Python stacks) and save a snapshot at OOM",
     )
     parser.add_argument(
+        "--forward-errors",
+        action="store_true",
+        help="before Python 3.12, also record the memory errors the program catches out of "
+        "a PyTorch module's forward pass whatever its handler does, through a global forward "
+        "hook (every module call then takes PyTorch's hooked path, a little slower); 3.12 "
+        "and later see every caught error without it",
+    )
+    parser.add_argument(
         "--metrics-port",
         type=int,
         metavar="PORT",
@@ -213,6 +221,7 @@ def run(args: argparse.Namespace) -> int:
         force=args.force,
         nvml=not args.no_nvml,
         record_allocations=args.record_allocations,
+        forward_errors=args.forward_errors,
         node_rank=identity.node_rank,
         output_log=output_log,
         warm_up=_ending_loader(quiet=args.quiet, report=report_path is not None),

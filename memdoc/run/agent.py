@@ -15,6 +15,7 @@ from typing import Any
 from memdoc.collectors.base import SessionHandle, Values
 from memdoc.collectors.devices import ACCELERATOR_SIGNS, present
 from memdoc.collectors.launcher import first_int, launcher_ranks
+from memdoc.collectors.loops.handlers import FORWARD_ERRORS_ENV, watch_forward_passes
 from memdoc.collectors.registry import agent_collectors
 from memdoc.run.channel import ENV_INTERVAL, ENV_SOCKET, AgentChannel
 from memdoc.run.handled import exit_recording_error_in_hand, watch_caught_errors
@@ -292,6 +293,8 @@ def _install_hooks() -> None:
     threading.excepthook = thread_hook
     sys.exit = exit_recording_error_in_hand(sys.exit, _session_at_error)
     watch_caught_errors(_session_at_error)
+    if os.environ.get(FORWARD_ERRORS_ENV) == "1" and sys.version_info < (3, 12):
+        watch_forward_passes()
     atexit.register(_at_exit)
     os.register_at_fork(after_in_child=_after_fork)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from memdoc import recordings
+from memdoc.collectors.loops.handlers import FORWARD_ERRORS_ENV
 from memdoc.collectors.registry import parent_collectors
 from memdoc.files import open_output
 from memdoc.metrics.identity import job_identity
@@ -59,6 +60,7 @@ class RunOptions:
     force: bool = False
     nvml: bool = True
     record_allocations: bool = False
+    forward_errors: bool = False  # before Python 3.12: a global forward hook sees them
     output_log: Path | None = None  # --live: the program's output goes here
     extra_env: dict[str, str] = field(default_factory=dict)
     started: Callable[[int], None] | None = None  # told the program's PID once it runs
@@ -138,6 +140,8 @@ def _run_recorded(options: RunOptions, writer: TraceWriter) -> RunResult:
     env["MEMDOC_SNAPSHOT_DIR"] = str(options.output.resolve().parent)
     if options.record_allocations:
         env["MEMDOC_RECORD_ALLOCATIONS"] = "1"
+    if options.forward_errors:
+        env[FORWARD_ERRORS_ENV] = "1"
     log = open_output(options.output_log, force=options.force) if options.output_log else None
     # The program writes to its own stderr; memdoc keeps the tail beside it, never in between.
     tail = stderr_tail(2) if log is None else None

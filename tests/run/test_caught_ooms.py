@@ -330,3 +330,34 @@ def test_a_retry_loop_that_empties_the_cache_has_every_caught_oom_recorded(
     assert len(ooms) == failures, [e.data["oom"]["requested_bytes"] for e in ooms]
     assert all(e.data["where"] == "caught" and e.data["handled"] for e in ooms)
     assert all(any("halving.py" in f for f in e.data["stack"]) for e in ooms)
+
+
+def test_with_forward_errors_a_retry_loop_that_only_halves_has_every_caught_oom_recorded(
+    tmp_path: Path,
+) -> None:
+    _needs("torch")
+    # The loop's handler only halves the batch: before Python 3.12 its forward passes'
+    # errors leave nothing memdoc sees, unless `--forward-errors` hooks the forward passes.
+    (tmp_path / "halving.py").write_text(HALVING_LOOP)
+    plain = subprocess.run(
+        [sys.executable, "halving.py"],
+        cwd=tmp_path,
+        env={**os.environ, **STEADY_MALLOC_ENV},
+        capture_output=True,
+        timeout=180,
+        check=True,
+    )
+
+    run = run_memdoc(
+        "run", "-q", "--forward-errors", "-o", "t.memdoc", "halving.py", cwd=tmp_path,
+        timeout=180, env=STEADY_MALLOC_ENV,
+    )  # fmt: skip
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    trained = int(run.stdout.split(b"trained at")[1])
+    assert trained == int(plain.stdout.split(b"trained at")[1])  # the hook keeps nothing
+    failures = (2048 // trained).bit_length() - 1
+    assert failures >= 2  # the backward pass's at 2048, and a forward pass's at least
+    ooms = load_trace(tmp_path / "t.memdoc").oom_events()
+    assert len(ooms) == failures, [e.data["oom"]["requested_bytes"] for e in ooms]
+    assert all(e.data["where"] == "caught" and e.data["handled"] for e in ooms)
