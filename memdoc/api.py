@@ -141,6 +141,7 @@ class watch:
         # callback that reports its loop itself turns this off (memdoc.integrations).
         self._loops = True
         self._entry: Path | None = None
+        self._unwatch_caught: Callable[[], None] | None = None
 
     # -- context manager ------------------------------------------------------------------
 
@@ -157,6 +158,7 @@ class watch:
         return self
 
     def _start(self) -> None:
+        from memdoc.caught import watch_caught_errors
         from memdoc.collectors.registry import in_process_collectors
         from memdoc.forecast.live import ForecastingSink
         from memdoc.session import header_for_this_process
@@ -179,8 +181,17 @@ class watch:
         self.session.start()
         push_session(self.session)
         self._entry = recordings.register(self.path, sys.argv)
+        # The memory errors the block catches and survives (a retry at a smaller batch).
+        self._unwatch_caught = watch_caught_errors(lambda: self.session)
+
+    def _stop_watching_caught(self) -> None:
+        unwatch, self._unwatch_caught = self._unwatch_caught, None
+        if unwatch is not None:
+            with contextlib.suppress(Exception):
+                unwatch()
 
     def _abandon(self) -> None:
+        self._stop_watching_caught()
         session, self.session = self.session, None
         if session is not None:
             pop_session(session)
@@ -210,6 +221,7 @@ class watch:
     ) -> None:
         from memdoc.trace.model import RAISED_OUT_OF_WATCH, ExitInfo
 
+        self._stop_watching_caught()
         self.session = None
         pop_session(session)
         recordings.unregister(self._entry)

@@ -296,7 +296,7 @@ class Session:
             if key in attrs.get(_RECORDED_BY, frozenset()):
                 return
             # Marked first: reading the error allocates, and a garbage collection that
-            # starts meanwhile sees it in hand and notes it too (`memdoc.run.handled`).
+            # starts meanwhile sees it in hand and notes it too (`memdoc.caught`).
             mark = object()
             attrs[_NOTED] = {**attrs.get(_NOTED, {}), key: mark}
             events = self._exception_events(

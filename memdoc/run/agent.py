@@ -12,13 +12,14 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
+from memdoc.caught import watch_caught_errors
 from memdoc.collectors.base import SessionHandle, Values
 from memdoc.collectors.devices import ACCELERATOR_SIGNS, present
 from memdoc.collectors.launcher import first_int, launcher_ranks
 from memdoc.collectors.loops.handlers import FORWARD_ERRORS_ENV, watch_forward_passes
 from memdoc.collectors.registry import agent_collectors
 from memdoc.run.channel import ENV_INTERVAL, ENV_SOCKET, AgentChannel
-from memdoc.run.handled import exit_recording_error_in_hand, watch_caught_errors
+from memdoc.run.handled import exit_recording_error_in_hand
 from memdoc.run.settle import SettleRule
 from memdoc.session import (
     DEFAULT_INTERVAL_S,

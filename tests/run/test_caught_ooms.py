@@ -361,3 +361,40 @@ def test_with_forward_errors_a_retry_loop_that_only_halves_has_every_caught_oom_
     ooms = load_trace(tmp_path / "t.memdoc").oom_events()
     assert len(ooms) == failures, [e.data["oom"]["requested_bytes"] for e in ooms]
     assert all(e.data["where"] == "caught" and e.data["handled"] for e in ooms)
+
+
+def test_a_watched_block_records_every_oom_its_handler_catches(tmp_path: Path) -> None:
+    _needs("torch")
+    # The halving loop inside `memdoc.watch`, its handler collecting before it halves: the
+    # block's own session sees the errors in hand (a collection before 3.12, where they are
+    # caught from 3.12), and stops looking when the block ends.
+    body = textwrap.indent(HALVING_LOOP.split("batch = 2048\n", 1)[1], "    ")
+    handler = "except RuntimeError:\n            gc.collect()\n"
+    body = body.replace("except RuntimeError:\n", handler)
+    program = (
+        "import gc\nimport memdoc\n"
+        + HALVING_LOOP.split("batch = 2048\n", 1)[0]
+        + "callbacks = len(gc.callbacks)\n"
+        + 'with memdoc.watch("t.memdoc", quiet=True):\n    batch = 2048\n'
+        + body
+        + "print('callbacks after', len(gc.callbacks) - callbacks)\n"
+    )
+    (tmp_path / "watched.py").write_text(program)
+
+    done = subprocess.run(
+        [sys.executable, "watched.py"],
+        cwd=tmp_path,
+        env={**os.environ, **STEADY_MALLOC_ENV},
+        capture_output=True,
+        timeout=180,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    trained = int(done.stdout.split(b"trained at")[1].split()[0])
+    assert b"callbacks after 0" in done.stdout  # nothing of the watch is left behind
+    failures = (2048 // trained).bit_length() - 1
+    assert failures >= 2
+    ooms = load_trace(tmp_path / "t.memdoc").oom_events()
+    assert len(ooms) == failures, [e.data["oom"]["requested_bytes"] for e in ooms]
+    assert all(e.data["where"] == "caught" for e in ooms)

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from memdoc.caught import noting_collections
 from memdoc.collectors.loops import hub
-from memdoc.run.handled import noting_collections
 from memdoc.session import Session
 from memdoc.trace.model import HANDLED_WHEN_RAISED, Event, EventKind
 
