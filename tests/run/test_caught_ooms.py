@@ -253,14 +253,11 @@ HALVING_LOOP = textwrap.dedent(
 )
 
 
-def test_a_retry_loop_that_halves_its_batch_has_its_caught_backward_oom_recorded(
-    tmp_path: Path,
-) -> None:
-    _needs("torch")
-    (tmp_path / "halving.py").write_text(HALVING_LOOP)
-
-    # glibc's mmap threshold fixed, so that the sizes that fit do not move with how the
-    # heap took the freed 64 MiB tensors of the first tries.
+def _trained_alone(tmp_path: Path, program: str) -> int:
+    """Write the halving loop `program` to halving.py and run it without memdoc: the batch
+    size it trained at. glibc's mmap threshold fixed, so that the sizes that fit do not move
+    with how the heap took the freed 64 MiB tensors of the first tries."""
+    (tmp_path / "halving.py").write_text(program)
     plain = subprocess.run(
         [sys.executable, "halving.py"],
         cwd=tmp_path,
@@ -269,6 +266,25 @@ def test_a_retry_loop_that_halves_its_batch_has_its_caught_backward_oom_recorded
         timeout=180,
         check=True,
     )
+    return int(plain.stdout.split(b"trained at")[1])
+
+
+def _every_failure_caught(trace_path: Path, trained: int, program: str = "halving.py") -> None:
+    """Each size above the one that trained ran out once, and each error is recorded as
+    caught in the program's own code."""
+    failures = (2048 // trained).bit_length() - 1
+    assert failures >= 2  # the backward pass's at 2048, and a forward pass's at least
+    ooms = load_trace(trace_path).oom_events()
+    assert len(ooms) == failures, [e.data["oom"]["requested_bytes"] for e in ooms]
+    assert all(e.data["where"] == "caught" and e.data["handled"] for e in ooms)
+    assert all(any(program in f for f in e.data["stack"]) for e in ooms)
+
+
+def test_a_retry_loop_that_halves_its_batch_has_its_caught_backward_oom_recorded(
+    tmp_path: Path,
+) -> None:
+    _needs("torch")
+    alone = _trained_alone(tmp_path, HALVING_LOOP)
     run = run_memdoc(
         "run",
         "-q",
@@ -284,7 +300,7 @@ def test_a_retry_loop_that_halves_its_batch_has_its_caught_backward_oom_recorded
     trained = int(run.stdout.split(b"trained at")[1])
     # memdoc leaves the program the memory it would have had: the same size trains (reading
     # a running frame's locals once kept each failed try's tensors alive: 64 for 512)
-    assert trained == int(plain.stdout.split(b"trained at")[1])
+    assert trained == alone
     failures = (2048 // trained).bit_length() - 1
     assert trained <= 1024
     trace = load_trace(tmp_path / "t.memdoc")
@@ -315,7 +331,7 @@ def test_a_retry_loop_that_empties_the_cache_has_every_caught_oom_recorded(
     handler = "except RuntimeError:\n        torch.cuda.empty_cache()\n"
     program = HALVING_LOOP.replace("except RuntimeError:\n", handler)
     assert program != HALVING_LOOP
-    (tmp_path / "halving.py").write_text(program)
+    alone = _trained_alone(tmp_path, program)
 
     run = run_memdoc(
         "run", "-q", "-o", "t.memdoc", "halving.py", cwd=tmp_path, timeout=180,
@@ -324,12 +340,8 @@ def test_a_retry_loop_that_empties_the_cache_has_every_caught_oom_recorded(
 
     assert run.returncode == 0, run.stderr[-3000:]
     trained = int(run.stdout.split(b"trained at")[1])
-    failures = (2048 // trained).bit_length() - 1
-    assert failures >= 2  # the backward pass's at 2048, and a forward pass's at least
-    ooms = load_trace(tmp_path / "t.memdoc").oom_events()
-    assert len(ooms) == failures, [e.data["oom"]["requested_bytes"] for e in ooms]
-    assert all(e.data["where"] == "caught" and e.data["handled"] for e in ooms)
-    assert all(any("halving.py" in f for f in e.data["stack"]) for e in ooms)
+    assert trained == alone
+    _every_failure_caught(tmp_path / "t.memdoc", trained)
 
 
 def test_with_forward_errors_a_retry_loop_that_only_halves_has_every_caught_oom_recorded(
@@ -338,15 +350,7 @@ def test_with_forward_errors_a_retry_loop_that_only_halves_has_every_caught_oom_
     _needs("torch")
     # The loop's handler only halves the batch: before Python 3.12 its forward passes'
     # errors leave nothing memdoc sees, unless `--forward-errors` hooks the forward passes.
-    (tmp_path / "halving.py").write_text(HALVING_LOOP)
-    plain = subprocess.run(
-        [sys.executable, "halving.py"],
-        cwd=tmp_path,
-        env={**os.environ, **STEADY_MALLOC_ENV},
-        capture_output=True,
-        timeout=180,
-        check=True,
-    )
+    alone = _trained_alone(tmp_path, HALVING_LOOP)
 
     run = run_memdoc(
         "run", "-q", "--forward-errors", "-o", "t.memdoc", "halving.py", cwd=tmp_path,
@@ -355,12 +359,8 @@ def test_with_forward_errors_a_retry_loop_that_only_halves_has_every_caught_oom_
 
     assert run.returncode == 0, run.stderr[-3000:]
     trained = int(run.stdout.split(b"trained at")[1])
-    assert trained == int(plain.stdout.split(b"trained at")[1])  # the hook keeps nothing
-    failures = (2048 // trained).bit_length() - 1
-    assert failures >= 2  # the backward pass's at 2048, and a forward pass's at least
-    ooms = load_trace(tmp_path / "t.memdoc").oom_events()
-    assert len(ooms) == failures, [e.data["oom"]["requested_bytes"] for e in ooms]
-    assert all(e.data["where"] == "caught" and e.data["handled"] for e in ooms)
+    assert trained == alone  # the hook keeps nothing
+    _every_failure_caught(tmp_path / "t.memdoc", trained)
 
 
 def test_a_watched_block_records_every_oom_its_handler_catches(tmp_path: Path) -> None:
@@ -393,8 +393,4 @@ def test_a_watched_block_records_every_oom_its_handler_catches(tmp_path: Path) -
     assert done.returncode == 0, done.stderr[-3000:]
     trained = int(done.stdout.split(b"trained at")[1].split()[0])
     assert b"callbacks after 0" in done.stdout  # nothing of the watch is left behind
-    failures = (2048 // trained).bit_length() - 1
-    assert failures >= 2
-    ooms = load_trace(tmp_path / "t.memdoc").oom_events()
-    assert len(ooms) == failures, [e.data["oom"]["requested_bytes"] for e in ooms]
-    assert all(e.data["where"] == "caught" for e in ooms)
+    _every_failure_caught(tmp_path / "t.memdoc", trained, "watched.py")

@@ -55,7 +55,9 @@ def _forward_ended(module: Any, args: Any, output: Any) -> None:
     if output is None and hub.listening():
         in_hand = sys.exc_info()[1]
         if in_hand is not None:
-            hub.handling(in_hand)
+            # Its traceback starts at the module call handling it (`_call_impl`): the
+            # frames outside that one, the program's among them, complete its stack.
+            hub.raised(in_hand, depth=2)
 
 
 def _patch(torch: ModuleType) -> None:
