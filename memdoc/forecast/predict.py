@@ -187,10 +187,21 @@ def _first_epoch(
         return NoForecast(FIRST_EPOCH, detail, points=len(xs), judged_at_step=judged_at)
     epoch_start = start + 1 + (last_step - start - 1) // length * length
     split = bisect.bisect_left(xs, epoch_start)
-    enough = len(xs) - split >= MIN_RECENT_POINTS and split >= MIN_RECENT_POINTS
+    recent = len(xs) - split
+    enough = recent >= MIN_RECENT_POINTS and split >= MIN_RECENT_POINTS
     if epoch_start > first_end and enough and _stopped(fit, xs, ys, split):
         detail = f"growth stopped: no growth in the epoch that began at step {epoch_start:,}"
         return NoForecast(NO_GROWTH, detail, points=len(xs))
+    missing = MIN_RECENT_POINTS - recent
+    waits_until = last_step + missing
+    if epoch_start == first_end + 1 and missing > 0 and crossing > waits_until:
+        # The second epoch has run its steps, but some had no reading (samples come every
+        # interval; a busy machine stretches it): it has not shown enough of its own yet.
+        detail = (
+            f"growth in the loop's first epoch, and {recent} steps of the second read so far, "
+            f"{MIN_RECENT_POINTS} needed to judge it; the limit lies past that"
+        )
+        return NoForecast(FIRST_EPOCH, detail, points=len(xs), judged_at_step=waits_until)
     return None
 
 

@@ -89,6 +89,26 @@ def test_growth_in_a_first_epoch_waits_for_the_second_and_a_leak_that_goes_on_is
     assert isinstance(unknown, Forecast) and isinstance(unknown_later, Forecast)
 
 
+def test_a_second_epoch_with_steps_left_unread_is_waited_for_before_its_growth_is_judged() -> None:
+    # The same filling first epoch, then 12 steps of the second of which a busy machine read
+    # only 4 (samples come every interval): not enough of the second epoch to judge it.
+    epochs = {"loop_start_step": 0, "epoch_steps": 50, "planned_end_step": 150}
+    cache = leak(50, per_step=8 * MiB, noise=1 * MiB)
+    flat = cache[-1]
+    read = list(range(1, 51)) + [51, 55, 59, 62]
+    sparse = dataclasses.replace(
+        series(cache + [flat] * 4),
+        steps=read,
+        times_s=[2.0 + 0.5 * s for s in read],
+        **epochs,
+    )
+
+    said = analyse(sparse)
+
+    assert isinstance(said, NoForecast) and said.reason == FIRST_EPOCH, said
+    assert said.judged_at_step == 62 + 8  # eight more read steps of the second epoch
+
+
 def test_a_first_epoch_that_reaches_the_limit_itself_is_forecast() -> None:
     # 200 MiB + 20 MiB a step crosses 1000 MiB at step 41, inside a first epoch of 50 steps.
     epochs = {"loop_start_step": 0, "epoch_steps": 50, "planned_end_step": 150}
