@@ -29,11 +29,11 @@ _T = TypeVar("_T")
 
 @dataclass(frozen=True)
 class ProcessGrowth:
-    """The processes of a job whose own memory grew step after step: (curve, trend, last
-    value, steps it then held for) of each, the training ones and those beside them."""
+    """Whose own memory grew step after step in a job of several processes: whether a
+    process that reports steps did, and (curve, trend) of each process beside them that did."""
 
-    training: list[tuple[Curve, Trend, float, int]]
-    beside: list[tuple[Curve, Trend, float, int]]
+    training_grew: bool
+    beside: list[tuple[Curve, Trend]]
 
 
 @dataclass(frozen=True, eq=False)
@@ -167,15 +167,17 @@ class Facts:
         single process, or where no process reported steps."""
 
         def answer() -> ProcessGrowth | None:
-            training: list[tuple[Curve, Trend, float, int]] = []
-            beside: list[tuple[Curve, Trend, float, int]] = []
-            count = 0
-            for stepped, curve in self.process_curves():
+            curves = self.process_curves()
+            if not any(stepped for stepped, _ in curves):
+                return None
+            training_grew, beside = False, []
+            for stepped, curve in curves:
                 fitted = self.steady_growth(curve, None)
-                count += stepped
-                if fitted is not None:
-                    (training if stepped else beside).append((curve, *fitted))
-            return ProcessGrowth(training, beside) if count else None
+                if fitted is not None and stepped:
+                    training_grew = True
+                elif fitted is not None:
+                    beside.append((curve, fitted[0]))
+            return ProcessGrowth(training_grew, beside)
 
         return self._once(("process_growth",), answer)
 
@@ -236,6 +238,9 @@ class Facts:
 
     def job_peak_resident(self) -> Held | None:
         return _host.job_peak_resident(self.trace)
+
+    def address_space_room(self, fail: Failure) -> tuple[Limit, float, float] | None:
+        return _host.address_space_room(self.trace, fail)
 
     def address_space_at_failure(self, fail: Failure) -> float | None:
         return _host.address_space_at_failure(self.trace, fail)

@@ -450,24 +450,21 @@ def process_curves(trace: Trace) -> list[tuple[bool, Curve]]:
     """(whether it reported steps, its own host memory at step boundaries) for each process
     of the job sampled on its own, when there are two or more: the processes that train,
     and those beside them (DataLoader workers, a tokenizer's pool, other ranks)."""
+    sampled = [
+        (process.pid, metric)
+        for process in trace.processes(ours=True)
+        if (metric := host_curve_metric(trace, process.pid)) is not None
+    ]
+    if len(sampled) < 2:
+        return []  # one process: no per-step reading of it is needed here
     stepping = trace.stepping_pids()
     out = []
-    for process in trace.processes(ours=True):
-        metric = host_curve_metric(trace, process.pid)
-        if metric is None:
-            continue
-        stepped = process.pid in stepping
-        who = "the training process" if stepped else f"process {process.pid}"
+    for pid, metric in sampled:
+        stepped = pid in stepping
+        who = "the training process" if stepped else f"process {pid}"
         label = f"host memory {who} owns" if metric == Metric.HOST_ANON else f"host RSS of {who}"
-        curve = Curve(
-            label,
-            metric,
-            None,
-            process.pid,
-            trace.per_step(metric, None, process.pid),
-        )
-        out.append((stepped, curve))
-    return out if len(out) >= 2 else []
+        out.append((stepped, Curve(label, metric, None, pid, trace.per_step(metric, None, pid))))
+    return out
 
 
 def rank_peaks(trace: Trace) -> dict[int, float]:

@@ -195,6 +195,18 @@ def _shortfall(trace: Trace, fail: Failure) -> float | None:
     return requested - max(limits[0].limit_bytes - used, 0.0)
 
 
+def address_space_room(trace: Trace, fail: Failure) -> tuple[Limit, float, float] | None:
+    """(the failing process's address-space cap, the address space it had in use at the
+    error, the room left under the cap), where it had a cap and its address space was
+    recorded."""
+    limits = host_limits(trace, fail.pid, fail.host)
+    cap = next((limit for limit in limits if limit.kind == LimitKind.RLIMIT_AS), None)
+    in_use = address_space_at_failure(trace, fail)
+    if cap is None or in_use is None:
+        return None
+    return cap, in_use, max(cap.limit_bytes - in_use, 0.0)
+
+
 def machine_memory(trace: Trace) -> float | None:
     """The machine's RAM, where the trace recorded it."""
     return _last(trace, Metric.HOST_TOTAL, None)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memdoc.kinds import LimitKind, OomKind
+from memdoc.kinds import OomKind
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.confidence import LIKELY, POSSIBLE, STRONG, WEAK, Signals
 from memdoc.rules.context import Facts
@@ -353,18 +353,8 @@ def _short_of_cap(held: float | None, requested: int | None, limit: float) -> bo
 def _no_room_beyond(facts: Facts, fail: Failure, requested: int | None) -> bool:
     """The failing process's own address-space cap left it less room than the request at
     the error: raising its allocator's limit could not have made the request fit."""
-    cap = next(
-        (
-            limit
-            for limit in facts.host_limits(fail.pid, fail.host)
-            if limit.kind == LimitKind.RLIMIT_AS
-        ),
-        None,
-    )
-    space = facts.address_space_at_failure(fail)
-    if cap is None or space is None or not requested:
-        return False
-    return cap.limit_bytes - space < requested
+    room = facts.address_space_room(fail)
+    return room is not None and bool(requested) and room[2] < (requested or 0)
 
 
 def _cpu_allocator_held(fail: Failure) -> float | None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from memdoc.kinds import LimitKind
 from memdoc.rules.base import Evidence, Finding, Fix
 from memdoc.rules.causes.xla_temp_buffers import made_inside_the_program
 from memdoc.rules.confidence import CAPPED, LIKELY, POSSIBLE, STRONG, Signals, capped
@@ -220,7 +219,7 @@ volume processed at once, or a convolution asking for a huge workspace.
             return None
         tightest = limits[0]
         found = self._beyond(facts, tightest, requested, involved) or self._beyond_room(
-            facts, fail, limits, requested, involved
+            facts, fail, requested, involved
         )
         resident = facts.resident_at_failure(fail)
         if found is None and resident is not None:
@@ -253,18 +252,16 @@ volume processed at once, or a convolution asking for a huge workspace.
         self,
         facts: Facts,
         fail: Failure,
-        limits: list[Limit],
         requested: float,
         involved: list[str],
     ) -> Finding | None:
         """Under an address-space cap: one request of a sizeable share of the cap, larger
         than the room the process had left (the cap minus its address space in use). A
         small request failing in a nearly full space is an accumulation, not this."""
-        cap = next((lim for lim in limits if lim.kind == LimitKind.RLIMIT_AS), None)
-        in_use = facts.address_space_at_failure(fail)
-        if cap is None or in_use is None:
+        under_cap = facts.address_space_room(fail)
+        if under_cap is None:
             return None
-        room = max(cap.limit_bytes - in_use, 0.0)
+        cap, in_use, room = under_cap
         if requested <= room or requested < SIZEABLE_SHARE * cap.limit_bytes:
             return None
         evidence = [

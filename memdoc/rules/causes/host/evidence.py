@@ -44,12 +44,12 @@ def error_evidence(facts: Facts, fail: Failure, pressure: Pressure | None) -> li
 def _growth_beside_the_steps(facts: Facts) -> list[Evidence]:
     """The memory that grew in the processes beside the training one, which did not grow."""
     growth = facts.process_growth()
-    if growth is None or growth.training or not growth.beside:
+    if growth is None or growth.training_grew or not growth.beside:
         return []
     grew = growth.beside
-    per_step = sum(g[1].robust_slope_per_step for g in grew)
+    per_step = sum(trend.robust_slope_per_step for _, trend in grew)
     label = f"growth per step of {len(grew)} process{'es' if len(grew) > 1 else ''} beside"
-    held = sum(max((s.baseline or 0.0) for s in g[0].steps) for g in grew)
+    held = sum(max((s.baseline or 0.0) for s in curve.steps) for curve, _ in grew)
     return [
         bytes_evidence(f"{label} the training process, which held flat", per_step),
         bytes_evidence("the most they held of their own", held),
